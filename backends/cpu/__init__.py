@@ -1,0 +1,1 @@
+"""The numpy reference backend (``riftco.backends.cpu``)."""

@@ -1,0 +1,211 @@
+"""The numpy CPU backend: the living definition of every riftco operation.
+
+Short, obvious numpy with no cleverness. Buffers are flat numpy arrays; views reach
+kernels as ``as_strided`` arrays, so this backend accepts strided input and never needs
+a copy for a transpose or a broadcast. The conformance suite runs this backend in
+float64 as the reference every other backend is checked against.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+from riftco.backend import BackendBase, DeviceInfo
+from riftco.tensor import Tensor
+
+from .fused import FusedOps
+
+_COMPARE = {
+    "lt": np.less,
+    "le": np.less_equal,
+    "gt": np.greater,
+    "ge": np.greater_equal,
+    "eq": np.equal,
+    "ne": np.not_equal,
+}
+
+
+def view(x: Tensor) -> np.ndarray:
+    """The numpy view of a (possibly strided) tensor, without copying."""
+    buf: np.ndarray = x.storage.buffer
+    if x.offset == 0 and x.strides == _dense(x.shape) and buf.size == x.size:
+        return buf.reshape(x.shape)
+    item = buf.itemsize
+    return as_strided(
+        buf[x.offset :],
+        shape=x.shape,
+        strides=tuple(s * item for s in x.strides),
+        writeable=False,
+    )
+
+
+def _dense(shape: tuple[int, ...]) -> tuple[int, ...]:
+    out, acc = [], 1
+    for d in reversed(shape):
+        out.append(acc)
+        acc *= max(d, 1)
+    return tuple(reversed(out))
+
+
+class CPUBackend(FusedOps, BackendBase):
+    name: ClassVar[str] = "cpu"
+    priority: ClassVar[int] = 0
+    dtypes: ClassVar[frozenset[np.dtype]] = frozenset(
+        np.dtype(t) for t in (np.float32, np.float64, np.int32, np.int64)
+    )
+    accepts_strided: ClassVar[bool] = True
+
+    def __init__(self, device_index: int = 0) -> None:
+        super().__init__(device_index)
+        self._allocated = 0
+        self._peak = 0
+
+    @classmethod
+    def devices(cls) -> list[DeviceInfo]:
+        import os
+
+        return [
+            DeviceInfo(
+                0,
+                "host CPU (numpy)",
+                ("float32", "float64", "int32", "int64"),
+                {"threads": os.cpu_count() or 1},
+            )
+        ]
+
+    # -- helpers ------------------------------------------------------------------------
+    def _release(self, nbytes: int) -> None:
+        self._allocated -= nbytes
+
+    def result(self, array: Any, dtype: np.dtype | None = None) -> Tensor:
+        """Wrap a numpy result as a dense tensor of this backend (copying only if needed)."""
+        arr = np.asarray(array, dtype=dtype)
+        arr = np.ascontiguousarray(arr)
+        if not arr.flags.owndata:  # a view of some input: never alias another tensor's buffer
+            arr = arr.copy()
+        flat = arr.reshape(-1)
+        self._allocated += flat.nbytes
+        self._peak = max(self._peak, self._allocated)
+        weakref.finalize(flat, self._release, flat.nbytes)
+        return self.wrap(flat, arr.shape, arr.dtype)
+
+    # -- allocation and transfer ------------------------------------------------------------
+    def allocate(self, shape: tuple[int, ...], dtype: np.dtype) -> Tensor:
+        return self.result(np.empty(shape, dtype=dtype))
+
+    def from_numpy(self, array: np.ndarray) -> Tensor:
+        return self.result(np.array(array, copy=True, order="C"))
+
+    def to_numpy(self, x: Tensor) -> np.ndarray:
+        return np.array(view(x), copy=True, order="C")
+
+    def copy_strided(self, x: Tensor) -> Tensor:
+        return self.result(np.array(view(x), copy=True, order="C"))
+
+    def fill(self, x: Tensor, value: float) -> None:
+        x.storage.buffer[x.offset : x.offset + x.size] = value
+
+    def synchronize(self) -> None:
+        return None
+
+    def memory_stats(self) -> dict[str, int]:
+        return {"allocated_bytes": self._allocated, "peak_bytes": self._peak}
+
+    def reset_peak(self) -> None:
+        self._peak = self._allocated
+
+    # -- elementwise --------------------------------------------------------------------------
+    def neg(self, x: Tensor) -> Tensor:
+        return self.result(-view(x))
+
+    def exp(self, x: Tensor) -> Tensor:
+        return self.result(np.exp(view(x)))
+
+    def log(self, x: Tensor) -> Tensor:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return self.result(np.log(view(x)))
+
+    def sqrt(self, x: Tensor) -> Tensor:
+        with np.errstate(invalid="ignore"):
+            return self.result(np.sqrt(view(x)))
+
+    def rsqrt(self, x: Tensor) -> Tensor:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return self.result(1.0 / np.sqrt(view(x)), x.dtype)
+
+    def tanh(self, x: Tensor) -> Tensor:
+        return self.result(np.tanh(view(x)))
+
+    def abs(self, x: Tensor) -> Tensor:
+        return self.result(np.abs(view(x)))
+
+    def add(self, a: Tensor, b: Tensor) -> Tensor:
+        return self.result(view(a) + view(b))
+
+    def sub(self, a: Tensor, b: Tensor) -> Tensor:
+        return self.result(view(a) - view(b))
+
+    def mul(self, a: Tensor, b: Tensor) -> Tensor:
+        return self.result(view(a) * view(b))
+
+    def div(self, a: Tensor, b: Tensor) -> Tensor:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return self.result(view(a) / view(b))
+
+    def maximum(self, a: Tensor, b: Tensor) -> Tensor:
+        return self.result(np.maximum(view(a), view(b)))
+
+    def minimum(self, a: Tensor, b: Tensor) -> Tensor:
+        return self.result(np.minimum(view(a), view(b)))
+
+    def add_scalar(self, x: Tensor, value: float) -> Tensor:
+        return self.result(view(x) + x.dtype.type(value))
+
+    def mul_scalar(self, x: Tensor, value: float) -> Tensor:
+        return self.result(view(x) * x.dtype.type(value))
+
+    def pow_scalar(self, x: Tensor, value: float) -> Tensor:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            if float(value).is_integer() and value >= 0:
+                return self.result(np.power(view(x), int(value)), x.dtype)
+            return self.result(np.power(view(x), x.dtype.type(value)))
+
+    def where(self, cond: Tensor, a: Tensor, b: Tensor) -> Tensor:
+        return self.result(np.where(view(cond) != 0, view(a), view(b)), a.dtype)
+
+    def compare(self, a: Tensor, b: Tensor, op: str) -> Tensor:
+        return self.result(_COMPARE[op](view(a), view(b)), a.dtype)
+
+    def cast(self, x: Tensor, dtype: np.dtype) -> Tensor:
+        return self.result(view(x).astype(dtype))
+
+    # -- reductions -----------------------------------------------------------------------------
+    def sum(self, x: Tensor, axes: tuple[int, ...], keepdims: bool) -> Tensor:
+        return self.result(np.sum(view(x), axis=axes, keepdims=keepdims), x.dtype)
+
+    def max(self, x: Tensor, axes: tuple[int, ...], keepdims: bool) -> Tensor:
+        return self.result(np.max(view(x), axis=axes, keepdims=keepdims), x.dtype)
+
+    def argmax(self, x: Tensor) -> Tensor:
+        return self.result(np.argmax(view(x), axis=-1), np.int32)
+
+    # -- linear algebra and layout -----------------------------------------------------------------
+    def matmul(self, a: Tensor, b: Tensor, transpose_a: bool, transpose_b: bool) -> Tensor:
+        av, bv = view(a), view(b)
+        if transpose_a:
+            av = np.swapaxes(av, -1, -2)
+        if transpose_b:
+            bv = np.swapaxes(bv, -1, -2)
+        return self.result(np.matmul(av, bv))
+
+    def concatenate_last_axis(self, xs: Sequence[Tensor]) -> Tensor:
+        return self.result(np.concatenate([view(x) for x in xs], axis=-1))
+
+    def split_last_axis(self, x: Tensor, sizes: Sequence[int]) -> list[Tensor]:
+        cuts = np.cumsum(sizes)[:-1]
+        return [self.result(p) for p in np.split(view(x), cuts, axis=-1)]

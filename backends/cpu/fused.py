@@ -1,0 +1,241 @@
+"""Fused operations of the CPU backend, written as the plain math they define.
+
+The flash path is a real reference of the algorithm: it walks keys in blocks with an
+online softmax and never builds a ``[T, T]`` matrix, so conformance compares GPU flash
+kernels with the same algorithm, not just the same result.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from riftco.tensor import Tensor
+
+FLASH_BLOCK = 64
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+_erf = np.frompyfunc(math.erf, 1, 1)
+
+
+def _v(x: Tensor) -> np.ndarray:
+    from .backend import view
+
+    return view(x)
+
+
+def erf(x: np.ndarray) -> np.ndarray:
+    """Exact erf (numpy has none); fine for a reference, not for speed."""
+    return _erf(x.astype(np.float64)).astype(np.float64)
+
+
+def gelu_math(x: np.ndarray, approximate: str) -> np.ndarray:
+    if approximate == "tanh":
+        return 0.5 * x * (1.0 + np.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x**3)))
+    return 0.5 * x * (1.0 + erf(x / math.sqrt(2.0)))
+
+
+def gelu_grad_math(x: np.ndarray, approximate: str) -> np.ndarray:
+    if approximate == "tanh":
+        inner = _SQRT_2_OVER_PI * (x + 0.044715 * x**3)
+        t = np.tanh(inner)
+        dinner = _SQRT_2_OVER_PI * (1.0 + 3 * 0.044715 * x**2)
+        return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * dinner
+    cdf = 0.5 * (1.0 + erf(x / math.sqrt(2.0)))
+    pdf = np.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)
+    return cdf + x * pdf
+
+
+def _causal_mask(tq: int, tk: int, q0: int = 0, k0: int = 0) -> np.ndarray:
+    """True where key position > query position (masked out)."""
+    return (np.arange(k0, k0 + tk)[None, :]) > (np.arange(q0, q0 + tq)[:, None])
+
+
+class FusedOps:
+    """Mixin of native fused ops for :class:`CPUBackend` (``self.result`` wraps arrays)."""
+
+    result: Any
+
+    def gelu(self, x: Tensor, approximate: str) -> Tensor:
+        return self.result(gelu_math(_v(x), approximate), x.dtype)
+
+    def gelu_backward(self, dy: Tensor, x: Tensor, approximate: str) -> Tensor:
+        return self.result(_v(dy) * gelu_grad_math(_v(x), approximate), x.dtype)
+
+    def softmax(self, x: Tensor) -> Tensor:
+        xv = _v(x)
+        with np.errstate(invalid="ignore"):
+            e = np.exp(xv - np.max(xv, axis=-1, keepdims=True))
+            return self.result(e / np.sum(e, axis=-1, keepdims=True), x.dtype)
+
+    def softmax_backward(self, dy: Tensor, y: Tensor) -> Tensor:
+        dyv, yv = _v(dy), _v(y)
+        return self.result(yv * (dyv - np.sum(dyv * yv, axis=-1, keepdims=True)), y.dtype)
+
+    def layer_norm(
+        self, x: Tensor, gamma: Tensor, beta: Tensor, eps: float
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        xv = _v(x)
+        mean = np.mean(xv, axis=-1)
+        var = np.mean((xv - mean[..., None]) ** 2, axis=-1)
+        rstd = 1.0 / np.sqrt(var + eps)
+        y = (xv - mean[..., None]) * rstd[..., None] * _v(gamma) + _v(beta)
+        dt = x.dtype
+        return self.result(y, dt), self.result(mean, dt), self.result(rstd, dt)
+
+    def layer_norm_backward(
+        self, dy: Tensor, x: Tensor, gamma: Tensor, mean: Tensor, rstd: Tensor
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        xv, dyv, g = _v(x), _v(dy), _v(gamma)
+        r = _v(rstd)[..., None]
+        xhat = (xv - _v(mean)[..., None]) * r
+        lead = tuple(range(xv.ndim - 1))
+        dgamma = np.sum(dyv * xhat, axis=lead)
+        dbeta = np.sum(dyv, axis=lead)
+        dxhat = dyv * g
+        dx = r * (
+            dxhat
+            - np.mean(dxhat, axis=-1, keepdims=True)
+            - xhat * np.mean(dxhat * xhat, axis=-1, keepdims=True)
+        )
+        dt = x.dtype
+        return self.result(dx, dt), self.result(dgamma, dt), self.result(dbeta, dt)
+
+    def embedding(self, table: Tensor, ids: Tensor) -> Tensor:
+        return self.result(_v(table)[_v(ids)], table.dtype)
+
+    def embedding_backward(self, dy: Tensor, ids: Tensor, num_embeddings: int) -> Tensor:
+        c = dy.shape[-1]
+        out = np.zeros((num_embeddings, c), dtype=dy.dtype)
+        # np.add.at applies updates in index order: deterministic, repeated ids accumulate.
+        np.add.at(out, _v(ids).reshape(-1), _v(dy).reshape(-1, c))
+        return self.result(out)
+
+    def cross_entropy(self, logits: Tensor, targets: Tensor) -> tuple[Tensor, Tensor]:
+        lv, t = _v(logits), _v(targets)
+        m = np.max(lv, axis=-1, keepdims=True)
+        lse = (m + np.log(np.sum(np.exp(lv - m), axis=-1, keepdims=True)))[:, 0]
+        picked = lv[np.arange(lv.shape[0]), np.where(t < 0, 0, t)]
+        loss = np.where(t < 0, 0.0, lse - picked)
+        return self.result(loss, logits.dtype), self.result(lse, logits.dtype)
+
+    def cross_entropy_backward(
+        self, dloss: Tensor, logits: Tensor, targets: Tensor, lse: Tensor
+    ) -> Tensor:
+        lv, t = _v(logits), _v(targets)
+        g = np.exp(lv - _v(lse)[:, None])
+        rows = np.arange(lv.shape[0])
+        keep = t >= 0
+        g[rows[keep], t[keep]] -= 1.0
+        g *= (_v(dloss) * keep)[:, None]
+        return self.result(g, logits.dtype)
+
+    # -- attention -----------------------------------------------------------------------
+    def attention(
+        self, q: Tensor, k: Tensor, v: Tensor, scale: float, causal: bool
+    ) -> tuple[Tensor, Tensor]:
+        s = np.matmul(_v(q), np.swapaxes(_v(k), -1, -2)) * scale
+        if causal:
+            s = np.where(_causal_mask(s.shape[-2], s.shape[-1]), -np.inf, s)
+        p = np.exp(s - np.max(s, axis=-1, keepdims=True))
+        p /= np.sum(p, axis=-1, keepdims=True)
+        out = np.matmul(p, _v(v))
+        return self.result(out, q.dtype), self.result(p, q.dtype)
+
+    def attention_backward(
+        self, dout: Tensor, q: Tensor, k: Tensor, v: Tensor, probs: Tensor, scale: float
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        do, p = _v(dout), _v(probs)
+        dv = np.matmul(np.swapaxes(p, -1, -2), do)
+        dp = np.matmul(do, np.swapaxes(_v(v), -1, -2))
+        ds = p * (dp - np.sum(dp * p, axis=-1, keepdims=True))
+        dq = scale * np.matmul(ds, _v(k))
+        dk = scale * np.matmul(np.swapaxes(ds, -1, -2), _v(q))
+        dt = q.dtype
+        return self.result(dq, dt), self.result(dk, dt), self.result(dv, dt)
+
+    def flash_attention(
+        self, q: Tensor, k: Tensor, v: Tensor, scale: float, causal: bool
+    ) -> tuple[Tensor, Tensor]:
+        qv, kv, vv = _v(q), _v(k), _v(v)
+        t = qv.shape[-2]
+        tk = kv.shape[-2]
+        acc = np.zeros(qv.shape, dtype=qv.dtype)
+        row_max = np.full(qv.shape[:-1], -np.inf, dtype=qv.dtype)
+        row_sum = np.zeros(qv.shape[:-1], dtype=qv.dtype)
+        for k0 in range(0, tk, FLASH_BLOCK):
+            kb, vb = kv[..., k0 : k0 + FLASH_BLOCK, :], vv[..., k0 : k0 + FLASH_BLOCK, :]
+            s = np.matmul(qv, np.swapaxes(kb, -1, -2)) * scale  # (B, H, T, block)
+            if causal:
+                s = np.where(_causal_mask(t, kb.shape[-2], 0, k0), -np.inf, s)
+            new_max = np.maximum(row_max, np.max(s, axis=-1))
+            safe = np.where(np.isneginf(new_max), 0.0, new_max)
+            p = np.exp(s - safe[..., None])
+            correction = np.exp(np.where(np.isneginf(row_max), -np.inf, row_max - safe))
+            row_sum = row_sum * correction + np.sum(p, axis=-1)
+            acc = acc * correction[..., None] + np.matmul(p, vb)
+            row_max = new_max
+        with np.errstate(divide="ignore", invalid="ignore"):
+            out = acc / row_sum[..., None]
+            lse = row_max + np.log(row_sum)
+        return self.result(out, q.dtype), self.result(lse, q.dtype)
+
+    def flash_attention_backward(
+        self,
+        dout: Tensor,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        out: Tensor,
+        lse: Tensor,
+        scale: float,
+        causal: bool,
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        qv, kv, vv, do = _v(q), _v(k), _v(v), _v(dout)
+        lv = _v(lse)[..., None]
+        d = np.sum(do * _v(out), axis=-1, keepdims=True)  # rowsum(dO * O)
+        t = qv.shape[-2]
+        dq = np.zeros(qv.shape, dtype=qv.dtype)
+        dk = np.zeros(kv.shape, dtype=qv.dtype)
+        dv = np.zeros(vv.shape, dtype=qv.dtype)
+        for k0 in range(0, kv.shape[-2], FLASH_BLOCK):
+            sl = slice(k0, k0 + FLASH_BLOCK)
+            kb, vb = kv[..., sl, :], vv[..., sl, :]
+            s = np.matmul(qv, np.swapaxes(kb, -1, -2)) * scale
+            if causal:
+                s = np.where(_causal_mask(t, kb.shape[-2], 0, k0), -np.inf, s)
+            p = np.exp(s - lv)  # probabilities rebuilt from the saved row statistics
+            dv[..., sl, :] = np.matmul(np.swapaxes(p, -1, -2), do)
+            dp = np.matmul(do, np.swapaxes(vb, -1, -2))
+            ds = p * (dp - d)
+            dq += scale * np.matmul(ds, kb)
+            dk[..., sl, :] = scale * np.matmul(np.swapaxes(ds, -1, -2), qv)
+        dt = q.dtype
+        return self.result(dq, dt), self.result(dk, dt), self.result(dv, dt)
+
+    def adam_update(
+        self,
+        param: Tensor,
+        grad: Tensor,
+        m: Tensor,
+        v: Tensor,
+        lr: float,
+        beta1: float,
+        beta2: float,
+        eps: float,
+        weight_decay: float,
+        step: int,
+    ) -> None:
+        p = param.storage.buffer[param.offset : param.offset + param.size]
+        mb = m.storage.buffer[m.offset : m.offset + m.size]
+        vb = v.storage.buffer[v.offset : v.offset + v.size]
+        g = _v(grad).reshape(-1)
+        mb *= beta1
+        mb += (1.0 - beta1) * g
+        vb *= beta2
+        vb += (1.0 - beta2) * g * g
+        mhat = mb / (1.0 - beta1**step)
+        vhat = vb / (1.0 - beta2**step)
+        p -= lr * (mhat / (np.sqrt(vhat) + eps) + weight_decay * p)

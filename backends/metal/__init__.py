@@ -1,0 +1,1 @@
+"""The metal backend (see docs/)."""

@@ -1,0 +1,1 @@
+"""The opencl backend (see docs/)."""

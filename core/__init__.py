@@ -1,0 +1,48 @@
+"""riftco: a GPU-first array backend plugin architecture.
+
+A small backend-agnostic core (Tensor, raw ops, autograd, nn) talks only to the
+:class:`Backend` protocol; backends arrive as pluggy plugins through the ``riftco``
+entry-point group. See README.md and docs/.
+"""
+
+from __future__ import annotations
+
+from importlib import metadata as _metadata
+
+from . import tensor_ops as ops
+from .backend import PROTOCOL_VERSION, Backend, BackendBase, Capabilities, DeviceInfo
+from .creation import arange, full, ones, randn, tensor, zeros
+from .device import Device, default_device, device, get_default_device
+from .dtypes import float32, float64, int32, int64
+from .errors import (
+    BackendUnavailableError,
+    DeviceMismatchError,
+    DomainError,
+    DTypeError,
+    GradientError,
+    KernelCompileError,
+    PluginError,
+    RiftcoError,
+    ShapeError,
+    StaleGraphError,
+    UnknownBackendError,
+    ValidationError,
+)
+from .hookspecs import hookimpl, hookspec
+from .plugins import get_registry, register
+from .tensor import Tensor
+
+try:
+    __version__ = _metadata.version("riftco")
+except _metadata.PackageNotFoundError:  # running from a source tree without install
+    __version__ = "0.0.0+unknown"
+
+__all__ = [
+    "PROTOCOL_VERSION", "Backend", "BackendBase", "Capabilities", "DeviceInfo", "Tensor",
+    "Device", "device", "default_device", "get_default_device", "get_registry", "register",
+    "hookimpl", "hookspec", "ops", "tensor", "zeros", "ones", "full", "arange", "randn",
+    "float32", "float64", "int32", "int64",
+    "RiftcoError", "ShapeError", "DTypeError", "DeviceMismatchError", "BackendUnavailableError",
+    "UnknownBackendError", "PluginError", "StaleGraphError", "GradientError", "DomainError",
+    "KernelCompileError", "ValidationError",
+]  # fmt: skip

@@ -1,0 +1,89 @@
+"""Tensor constructors. Host-side numpy builds the values, then one upload to the device.
+
+Python lists of floats become float32 and lists of ints int32 (the dtypes every backend
+has); numpy arrays keep their dtype, because riftco never changes a dtype silently.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .device import Device, device as _device
+from .dtypes import as_dtype, float32, int32
+from .errors import DTypeError
+from .tensor import Tensor
+
+
+def _upload(array: np.ndarray, dev: str | Device | None, op: str) -> Tensor:
+    backend = _device(dev).backend
+    if array.dtype not in backend.dtypes:
+        names = ", ".join(sorted(d.name for d in backend.dtypes))
+        raise DTypeError(
+            f"[{op}] backend {backend.name!r} does not support {array.dtype.name} "
+            f"(supports {names}); pass dtype= explicitly"
+        )
+    return backend.from_numpy(np.ascontiguousarray(array))
+
+
+def _shape(shape: Sequence[int] | int) -> tuple[int, ...]:
+    return (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)
+
+
+def tensor(data: Any, dtype: Any = None, device: str | Device | None = None) -> Tensor:
+    """A new tensor holding ``data`` (nested lists, numbers, numpy arrays or Tensors)."""
+    if isinstance(data, Tensor):
+        data = data.numpy()
+    if isinstance(data, np.ndarray):
+        arr = data if dtype is None else data.astype(as_dtype(dtype, "tensor"))
+    else:
+        arr = np.asarray(data)
+        if dtype is not None:
+            arr = arr.astype(as_dtype(dtype, "tensor"))
+        elif arr.dtype.kind == "f":
+            arr = arr.astype(float32)
+        elif arr.dtype.kind in "iub":
+            arr = arr.astype(int32)
+    as_dtype(arr.dtype, "tensor")
+    return _upload(arr, device, "tensor")
+
+
+def full(shape: Sequence[int] | int, value: float, dtype: Any = float32, device: str | Device | None = None) -> Tensor:
+    dt = as_dtype(dtype, "full")
+    backend = _device(device).backend
+    if dt not in backend.dtypes:
+        return _upload(np.full(_shape(shape), value, dtype=dt), device, "full")
+    out = backend.allocate(_shape(shape), dt)
+    backend.fill(out, float(value))
+    return out
+
+
+def zeros(shape: Sequence[int] | int, dtype: Any = float32, device: str | Device | None = None) -> Tensor:
+    return full(shape, 0.0, dtype, device)
+
+
+def ones(shape: Sequence[int] | int, dtype: Any = float32, device: str | Device | None = None) -> Tensor:
+    return full(shape, 1.0, dtype, device)
+
+
+def arange(start: float, stop: float | None = None, step: float = 1, dtype: Any = None,
+           device: str | Device | None = None) -> Tensor:  # fmt: skip
+    if step == 0:
+        raise ValueError("[arange] step must be nonzero")
+    if stop is None:
+        start, stop = 0, start
+    ints = all(float(v).is_integer() for v in (start, stop, step))
+    dt = as_dtype(dtype if dtype is not None else (int32 if ints else float32), "arange")
+    return _upload(np.arange(start, stop, step).astype(dt), device, "arange")
+
+
+def randn(shape: Sequence[int] | int, seed: int | np.random.Generator | None = None,
+          dtype: Any = float32, std: float = 1.0, device: str | Device | None = None) -> Tensor:  # fmt: skip
+    """Standard normal values from a seeded host RNG (the same numbers on every backend)."""
+    rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+    dt = as_dtype(dtype, "randn")
+    if dt.kind != "f":
+        raise DTypeError(f"[randn] needs a float dtype; got {dt.name}")
+    return _upload((rng.standard_normal(_shape(shape)) * std).astype(dt), device, "randn")

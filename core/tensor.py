@@ -1,0 +1,322 @@
+"""Tensor: a backend buffer plus view metadata. A plain numeric container with no graph.
+
+Views (reshape of dense data, transpose, permute, broadcast_to, basic slicing) share the
+buffer *and* the :class:`Storage` version counter with their base and cost no kernel.
+Strides and offsets are counted in elements, not bytes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .errors import ShapeError
+
+if TYPE_CHECKING:
+    from .device import Device
+
+
+class Storage:
+    """The buffer a family of views shares, and the version counter autograd checks."""
+
+    __slots__ = ("buffer", "size", "version", "__weakref__")
+
+    def __init__(self, buffer: Any, size: int) -> None:
+        self.buffer = buffer
+        self.size = size  # elements, so in-place writers know a view covers all of it
+        self.version = 0
+
+
+def dense_strides(shape: Sequence[int]) -> tuple[int, ...]:
+    strides = [0] * len(shape)
+    acc = 1
+    for i in range(len(shape) - 1, -1, -1):
+        strides[i] = acc
+        acc *= max(shape[i], 1)
+    return tuple(strides)
+
+
+def _normalize_axis(axis: int, ndim: int, op: str) -> int:
+    if not -ndim <= axis < max(ndim, 1):
+        raise ShapeError(f"[{op}] axis {axis} is out of range for a tensor of rank {ndim}")
+    return axis % ndim if ndim else 0
+
+
+class Tensor:
+    __slots__ = ("backend", "storage", "shape", "strides", "offset", "dtype", "__weakref__")
+
+    def __init__(
+        self,
+        backend: Any,
+        storage: Storage,
+        shape: tuple[int, ...],
+        strides: tuple[int, ...],
+        offset: int,
+        dtype: np.dtype,
+    ) -> None:
+        self.backend = backend
+        self.storage = storage
+        self.shape = shape
+        self.strides = strides
+        self.offset = offset
+        self.dtype = dtype
+
+    @classmethod
+    def _dense(cls, backend: Any, buffer: Any, shape: tuple[int, ...], dtype: np.dtype) -> Tensor:
+        return cls(backend, Storage(buffer, math.prod(shape)), shape, dense_strides(shape), 0, dtype)
+
+    # -- metadata ---------------------------------------------------------------------
+    @property
+    def buffer(self) -> Any:
+        return self.storage.buffer
+
+    @property
+    def version(self) -> int:
+        return self.storage.version
+
+    def bump_version(self) -> None:
+        """Record an in-place change: graphs that read this storage become stale."""
+        self.storage.version += 1
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    @property
+    def device(self) -> Device:
+        from .device import Device
+
+        return Device(self.backend.name, self.backend.device_index)
+
+    @property
+    def is_dense(self) -> bool:
+        """C-contiguous with offset 0: what backends receive unless they accept strides."""
+        return self.offset == 0 and self.is_contiguous
+
+    @property
+    def is_contiguous(self) -> bool:
+        expected = 1
+        for dim, stride in zip(reversed(self.shape), reversed(self.strides)):
+            if dim != 1 and stride != expected:
+                return False
+            expected *= dim
+        return True
+
+    def __repr__(self) -> str:
+        shape = "x".join(map(str, self.shape)) or "scalar"
+        return f"Tensor(shape={shape}, dtype={self.dtype.name}, device={self.device})"
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]
+
+    # -- host access --------------------------------------------------------------------
+    def numpy(self) -> np.ndarray:
+        """Copy to a new host array (a synchronisation point)."""
+        return self.backend.to_numpy(self)
+
+    def item(self) -> float | int:
+        if self.size != 1:
+            raise ShapeError(f"[item] only one-element tensors convert to a scalar; got {self.shape}")
+        return self.numpy().reshape(()).item()
+
+    def tolist(self) -> Any:
+        return self.numpy().tolist()
+
+    def contiguous(self) -> Tensor:
+        """This tensor if dense, else a dense copy made by the backend."""
+        if self.is_dense:
+            return self
+        return self.backend.copy_strided(self)
+
+    def to(self, device: Any) -> Tensor:
+        """Copy to another device (the only way data moves between backends)."""
+        from .device import as_device
+
+        dev = as_device(device)
+        target = dev.backend
+        if target is self.backend:
+            return self
+        return target.from_numpy(self.numpy())
+
+    # -- views ----------------------------------------------------------------------------
+    def _view(self, shape: tuple[int, ...], strides: tuple[int, ...], offset: int) -> Tensor:
+        return Tensor(self.backend, self.storage, shape, strides, offset, self.dtype)
+
+    def reshape(self, *shape: int | Sequence[int]) -> Tensor:
+        new = _parse_shape(shape)
+        new = _infer_shape(new, self.size, self.shape)
+        if new == self.shape:
+            return self
+        if not self.is_contiguous:
+            raise ShapeError(
+                f"[reshape] cannot reshape a non-contiguous view of shape {self.shape} "
+                f"(strides {self.strides}) to {new} without a copy; call .contiguous() first"
+            )
+        return self._view(new, dense_strides(new), self.offset)
+
+    def permute(self, *axes: int | Sequence[int]) -> Tensor:
+        order = tuple(_normalize_axis(a, self.ndim, "permute") for a in _parse_shape(axes))
+        if sorted(order) != list(range(self.ndim)):
+            raise ShapeError(
+                f"[permute] axes {order} are not a permutation of range({self.ndim}) "
+                f"for shape {self.shape}"
+            )
+        return self._view(
+            tuple(self.shape[a] for a in order), tuple(self.strides[a] for a in order), self.offset
+        )
+
+    def transpose(self, axis0: int = -2, axis1: int = -1) -> Tensor:
+        if self.ndim < 2:
+            raise ShapeError(f"[transpose] needs rank >= 2; got shape {self.shape}")
+        a0 = _normalize_axis(axis0, self.ndim, "transpose")
+        a1 = _normalize_axis(axis1, self.ndim, "transpose")
+        order = list(range(self.ndim))
+        order[a0], order[a1] = order[a1], order[a0]
+        return self.permute(order)
+
+    @property
+    def T(self) -> Tensor:  # noqa: N802 - numpy spelling
+        return self.transpose()
+
+    def broadcast_to(self, *shape: int | Sequence[int]) -> Tensor:
+        target = _parse_shape(shape)
+        if len(target) < self.ndim:
+            raise ShapeError(f"[broadcast_to] cannot broadcast {self.shape} to lower rank {target}")
+        lead = len(target) - self.ndim
+        strides = [0] * lead
+        for dim, stride, want in zip(self.shape, self.strides, target[lead:]):
+            if dim == want:
+                strides.append(stride)
+            elif dim == 1:
+                strides.append(0)
+            else:
+                raise ShapeError(
+                    f"[broadcast_to] cannot broadcast shape {self.shape} to {target}: "
+                    f"size {dim} does not match {want} and is not 1"
+                )
+        return self._view(target, tuple(strides), self.offset)
+
+    def expand_dims(self, axis: int) -> Tensor:
+        axis = axis % (self.ndim + 1)
+        shape = self.shape[:axis] + (1,) + self.shape[axis:]
+        stride = self.strides[axis] * self.shape[axis] if axis < self.ndim else 1
+        return self._view(shape, self.strides[:axis] + (stride,) + self.strides[axis:], self.offset)
+
+    def __getitem__(self, index: Any) -> Tensor:
+        """Basic slicing: ints, slices with positive step, ``...`` and ``None``."""
+        if not isinstance(index, tuple):
+            index = (index,)
+        n_real = sum(1 for i in index if i is not None and i is not Ellipsis)
+        if sum(1 for i in index if i is Ellipsis) > 1:
+            raise ShapeError("[getitem] an index can only have a single ellipsis ('...')")
+        if n_real > self.ndim:
+            raise ShapeError(f"[getitem] too many indices ({n_real}) for shape {self.shape}")
+        expanded: list[Any] = []
+        for item in index:
+            if item is Ellipsis:
+                expanded.extend([slice(None)] * (self.ndim - n_real))
+            else:
+                expanded.append(item)
+        expanded.extend([slice(None)] * (self.ndim - sum(1 for i in expanded if i is not None)))
+        shape: list[int] = []
+        strides: list[int] = []
+        offset = self.offset
+        axis = 0
+        for item in expanded:
+            if item is None:
+                shape.append(1)
+                strides.append(0)
+                continue
+            dim, stride = self.shape[axis], self.strides[axis]
+            if isinstance(item, (int, np.integer)) and not isinstance(item, bool):
+                i = int(item)
+                if not -dim <= i < dim:
+                    raise ShapeError(
+                        f"[getitem] index {i} is out of bounds for axis {axis} with size {dim}"
+                    )
+                offset += (i % dim) * stride
+            elif isinstance(item, slice):
+                start, stop, step = item.indices(dim)
+                if step <= 0:
+                    raise ShapeError(f"[getitem] slice step must be positive; got {item.step}")
+                count = max(0, (stop - start + step - 1) // step)
+                shape.append(count)
+                strides.append(stride * step)
+                offset += start * stride if count else 0
+            else:
+                raise ShapeError(
+                    f"[getitem] unsupported index {item!r}: only ints, slices, ... and None "
+                    "(advanced indexing would need a gather kernel)"
+                )
+            axis += 1
+        return self._view(tuple(shape), tuple(strides), offset)
+
+    # -- arithmetic sugar (raw ops, no graph) ------------------------------------------------
+    def __add__(self, other: Any) -> Tensor:
+        from . import tensor_ops as ops
+
+        return ops.add(self, other) if isinstance(other, Tensor) else ops.add_scalar(self, other)
+
+    def __sub__(self, other: Any) -> Tensor:
+        from . import tensor_ops as ops
+
+        if isinstance(other, Tensor):
+            return ops.sub(self, other)
+        return ops.add_scalar(self, -other)
+
+    def __mul__(self, other: Any) -> Tensor:
+        from . import tensor_ops as ops
+
+        return ops.mul(self, other) if isinstance(other, Tensor) else ops.mul_scalar(self, other)
+
+    def __truediv__(self, other: Any) -> Tensor:
+        from . import tensor_ops as ops
+
+        if isinstance(other, Tensor):
+            return ops.div(self, other)
+        return ops.mul_scalar(self, 1.0 / other)
+
+    def __neg__(self) -> Tensor:
+        from . import tensor_ops as ops
+
+        return ops.neg(self)
+
+    def __matmul__(self, other: Tensor) -> Tensor:
+        from . import tensor_ops as ops
+
+        return ops.matmul(self, other)
+
+    __radd__ = __add__
+    __rmul__ = __mul__
+
+
+def _parse_shape(shape: tuple[Any, ...]) -> tuple[int, ...]:
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+        shape = tuple(shape[0])
+    return tuple(int(s) for s in shape)
+
+
+def _infer_shape(new: tuple[int, ...], size: int, old: tuple[int, ...]) -> tuple[int, ...]:
+    if new.count(-1) > 1:
+        raise ShapeError(f"[reshape] only one dimension can be -1; got {new}")
+    if -1 in new:
+        known = math.prod(d for d in new if d != -1)
+        if known == 0 or size % known:
+            raise ShapeError(f"[reshape] cannot reshape {old} (size {size}) to {new}")
+        new = tuple(size // known if d == -1 else d for d in new)
+    if any(d < 0 for d in new) or math.prod(new) != size:
+        raise ShapeError(f"[reshape] cannot reshape {old} (size {size}) to {new}")
+    return new

@@ -1,0 +1,73 @@
+/* riftco kernel prelude: the one place where Metal Shading Language and OpenCL C differ.
+ *
+ * Every kernel body in shaders/ is written once against these macros. The prelude picks
+ * its branch from the compilers' predefined macros, so each runtime (and the MSL syntax
+ * check run with g++ -D__METAL_VERSION__) compiles the very same source string.
+ *
+ * The host prepends, before this file:
+ *   #define T <float|double>     the element type of the program
+ *   #define IDX <int|long>       the index type (embedding ids, targets)
+ *
+ * Kernel shape (both runtimes):
+ *   KERNEL void name(GLOBAL T* out ARG(0), GLOBAL const T* x ARG(1),
+ *                    GLOBAL const int* P ARG(2) THREAD_ARGS) {
+ *       ... use GID, LID, GROUP_ID, GROUP_SIZE, NUM_GROUPS, GLOBAL_SIZE ...
+ *   }
+ * Parameters travel in small buffers (metalcompute has no scalar arguments): integer
+ * parameters in an int buffer conventionally named P, float parameters in a T buffer F.
+ * Threadgroup arrays are declared at the top of the kernel body with LOCAL.
+ * The group size is whatever the runtime picked (Metal: a multiple of 32 up to 1024, not
+ * always a power of two): never assume it, never return before a BARRIER() the group
+ * still needs, bounds-check every access.
+ */
+#ifndef RIFTCO_PRELUDE_H
+#define RIFTCO_PRELUDE_H
+
+#if defined(__METAL_VERSION__)
+#include <metal_stdlib>
+using namespace metal;
+#define KERNEL kernel
+#define GLOBAL device
+#define LOCAL threadgroup
+#define ARG(n) [[buffer(n)]]
+#define THREAD_ARGS , uint _gid [[thread_position_in_grid]], \
+    uint _lid [[thread_position_in_threadgroup]], \
+    uint _group [[threadgroup_position_in_grid]], \
+    uint _gsize [[threads_per_threadgroup]], \
+    uint _ngroups [[threadgroups_per_grid]]
+#define GID ((int)_gid)
+#define LID ((int)_lid)
+#define GROUP_ID ((int)_group)
+#define GROUP_SIZE ((int)_gsize)
+#define NUM_GROUPS ((int)_ngroups)
+#define GLOBAL_SIZE ((int)(_gsize * _ngroups))
+#define BARRIER() threadgroup_barrier(mem_flags::mem_threadgroup)
+#define INFINITY_T INFINITY
+#define RSQRT(x) rsqrt(x)
+#define INLINE inline
+
+#elif defined(__OPENCL_VERSION__)
+#if defined(RIFTCO_FP64)
+#pragma OPENCL EXTENSION cl_khr_fp64 : enable
+#endif
+#define KERNEL __kernel
+#define GLOBAL __global
+#define LOCAL __local
+#define ARG(n)
+#define THREAD_ARGS
+#define GID ((int)get_global_id(0))
+#define LID ((int)get_local_id(0))
+#define GROUP_ID ((int)get_group_id(0))
+#define GROUP_SIZE ((int)get_local_size(0))
+#define NUM_GROUPS ((int)get_num_groups(0))
+#define GLOBAL_SIZE ((int)get_global_size(0))
+#define BARRIER() barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE)
+#define INFINITY_T INFINITY
+#define RSQRT(x) rsqrt(x)
+#define INLINE inline
+
+#else
+#error "riftco prelude: neither __METAL_VERSION__ nor __OPENCL_VERSION__ is defined"
+#endif
+
+#endif /* RIFTCO_PRELUDE_H */
