@@ -1,0 +1,77 @@
+"""The ``riftco`` command: backends, conformance, train, sample.
+
+Subcommands import their modules lazily so ``riftco backends`` stays fast and works even
+when an optional part (a GPU runtime, the trainer's extras) is missing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+
+def _backends(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(prog="riftco backends", description="List registered backends.")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    args = parser.parse_args(argv)
+    from .plugins import get_registry
+
+    registry = get_registry()
+    rows = [e.as_dict() for e in sorted(registry.entries.values(), key=lambda e: (-e.priority, e.name))]
+    if args.json:
+        print(json.dumps({"backends": rows, "failed_plugins": registry.failed_plugins}, indent=2))
+        return 0
+    for row in rows:
+        status = "available" if row["available"] else f"unavailable: {row['reason']}"
+        pv = row["protocol_version"]
+        proto = f"{pv[0]}.{pv[1]}" if pv else "?"
+        print(f"{row['name']}  [{status}]")
+        print(f"  distribution {row['distribution']} {row['version']}, protocol {proto}, priority {row['priority']}")
+        for d in row["devices"]:
+            print(f"  device {row['name']}:{d['index']}  {d['name']}  dtypes: {', '.join(d['dtypes'])}")
+        caps = row["capabilities"]
+        if caps:
+            native = [op for op, how in caps["fused"].items() if how == "native"]
+            composite = [op for op, how in caps["fused"].items() if how == "composite"]
+            print(f"  dtypes: {', '.join(caps['dtypes'])}; strided input: {caps['accepts_strided']}")
+            print(f"  fused native: {', '.join(native) or '-'}")
+            print(f"  fused composite: {', '.join(composite) or '-'}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    commands = {
+        "backends": ("list backends, devices and capabilities", _backends),
+        "conformance": ("check a backend against the CPU reference", None),
+        "train": ("train the tiny transformer", None),
+        "sample": ("sample text from a checkpoint", None),
+    }
+    if not argv or argv[0] in ("-h", "--help") or argv[0] not in commands:
+        print("usage: riftco {" + ",".join(commands) + "} ...\n")
+        for name, (help_, _) in commands.items():
+            print(f"  {name:12s} {help_}")
+        if argv and argv[0] not in ("-h", "--help"):
+            print(f"\nriftco: unknown command {argv[0]!r}", file=sys.stderr)
+            return 2
+        return 0
+    cmd, rest = argv[0], argv[1:]
+    if cmd == "backends":
+        return _backends(rest)
+    if cmd == "conformance":
+        from riftco.conformance.cli import main as conformance_main
+
+        return conformance_main(rest)
+    if cmd == "train":
+        from .train.cli import train_main
+
+        return train_main(rest)
+    from .train.cli import sample_main
+
+    return sample_main(rest)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""Training the tiny transformer: data, loop, checkpoints, CLI."""
