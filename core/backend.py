@@ -278,11 +278,16 @@ class BackendBase:
         fused = frozenset(op for op in FUSED_OPS if callable(getattr(cls, op, None)))
         return Capabilities(frozenset(cls.dtypes), fused, cls.accepts_strided)
 
-    def wrap(self, buffer: Any, shape: tuple[int, ...], dtype: np.dtype) -> Tensor:
-        """A dense Tensor of this backend around a buffer the backend just produced."""
+    def wrap(
+        self, buffer: Any, shape: tuple[int, ...], dtype: np.dtype, release: Any = None
+    ) -> Tensor:
+        """A dense Tensor of this backend around a buffer the backend just produced.
+
+        ``release(buffer)`` runs when the last view of the storage dies (byte accounting,
+        buffer pools)."""
         from .tensor import Tensor
 
-        return Tensor._dense(self, buffer, tuple(shape), np.dtype(dtype))
+        return Tensor._dense(self, buffer, tuple(shape), np.dtype(dtype), release)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name}:{self.device_index}>"

@@ -7,6 +7,7 @@ Strides and offsets are counted in elements, not bytes.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -22,15 +23,24 @@ if TYPE_CHECKING:
 class Storage:
     """The buffer a family of views shares, and the version counter autograd checks."""
 
-    __slots__ = ("buffer", "size", "version", "__weakref__")
+    __slots__ = ("buffer", "size", "version", "release", "__weakref__")
 
-    def __init__(self, buffer: Any, size: int) -> None:
+    def __init__(self, buffer: Any, size: int, release: Any = None) -> None:
         self.buffer = buffer
         self.size = size  # elements, so in-place writers know a view covers all of it
         self.version = 0
+        # Called with the buffer when the last view dies: how backends count bytes and
+        # recycle buffers. A __del__ hook costs far less than weakref.finalize per tensor.
+        self.release = release
+
+    def __del__(self) -> None:
+        if self.release is not None:
+            self.release(self.buffer)
 
 
-def dense_strides(shape: Sequence[int]) -> tuple[int, ...]:
+@functools.lru_cache(maxsize=4096)
+def dense_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """C-order element strides of ``shape`` (cached: every new tensor needs them)."""
     strides = [0] * len(shape)
     acc = 1
     for i in range(len(shape) - 1, -1, -1):
@@ -65,8 +75,11 @@ class Tensor:
         self.dtype = dtype
 
     @classmethod
-    def _dense(cls, backend: Any, buffer: Any, shape: tuple[int, ...], dtype: np.dtype) -> Tensor:
-        return cls(backend, Storage(buffer, math.prod(shape)), shape, dense_strides(shape), 0, dtype)
+    def _dense(
+        cls, backend: Any, buffer: Any, shape: tuple[int, ...], dtype: np.dtype, release: Any = None
+    ) -> Tensor:
+        storage = Storage(buffer, math.prod(shape), release)
+        return cls(backend, storage, shape, dense_strides(shape), 0, dtype)
 
     # -- metadata ---------------------------------------------------------------------
     @property
@@ -165,7 +178,7 @@ class Tensor:
                 f"[reshape] cannot reshape a non-contiguous view of shape {self.shape} "
                 f"(strides {self.strides}) to {new} without a copy; call .contiguous() first"
             )
-        return self._view(new, dense_strides(new), self.offset)
+        return self._view(new, dense_strides(tuple(new)), self.offset)
 
     def permute(self, *axes: int | Sequence[int]) -> Tensor:
         order = tuple(_normalize_axis(a, self.ndim, "permute") for a in _parse_shape(axes))

@@ -8,7 +8,6 @@ float64 as the reference every other backend is checked against.
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -16,7 +15,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from riftco.backend import BackendBase, DeviceInfo
-from riftco.tensor import Tensor
+from riftco.tensor import Tensor, dense_strides
 
 from .fused import FusedOps
 
@@ -33,7 +32,7 @@ _COMPARE = {
 def view(x: Tensor) -> np.ndarray:
     """The numpy view of a (possibly strided) tensor, without copying."""
     buf: np.ndarray = x.storage.buffer
-    if x.offset == 0 and x.strides == _dense(x.shape) and buf.size == x.size:
+    if x.offset == 0 and buf.size == x.size and x.strides == dense_strides(x.shape):
         return buf.reshape(x.shape)
     item = buf.itemsize
     return as_strided(
@@ -42,14 +41,6 @@ def view(x: Tensor) -> np.ndarray:
         strides=tuple(s * item for s in x.strides),
         writeable=False,
     )
-
-
-def _dense(shape: tuple[int, ...]) -> tuple[int, ...]:
-    out, acc = [], 1
-    for d in reversed(shape):
-        out.append(acc)
-        acc *= max(d, 1)
-    return tuple(reversed(out))
 
 
 class CPUBackend(FusedOps, BackendBase):
@@ -79,20 +70,25 @@ class CPUBackend(FusedOps, BackendBase):
         ]
 
     # -- helpers ------------------------------------------------------------------------
-    def _release(self, nbytes: int) -> None:
-        self._allocated -= nbytes
+    def _release(self, buffer: np.ndarray) -> None:
+        self._allocated -= buffer.nbytes
 
     def result(self, array: Any, dtype: np.dtype | None = None) -> Tensor:
         """Wrap a numpy result as a dense tensor of this backend (copying only if needed)."""
-        arr = np.asarray(array, dtype=dtype)
-        arr = np.ascontiguousarray(arr)
+        arr = array
+        if (
+            type(arr) is not np.ndarray
+            or (dtype is not None and arr.dtype != dtype)
+            or not arr.flags.c_contiguous
+        ):
+            arr = np.ascontiguousarray(np.asarray(arr, dtype=dtype))
         if not arr.flags.owndata:  # a view of some input: never alias another tensor's buffer
             arr = arr.copy()
         flat = arr.reshape(-1)
         self._allocated += flat.nbytes
-        self._peak = max(self._peak, self._allocated)
-        weakref.finalize(flat, self._release, flat.nbytes)
-        return self.wrap(flat, arr.shape, arr.dtype)
+        if self._allocated > self._peak:
+            self._peak = self._allocated
+        return self.wrap(flat, arr.shape, arr.dtype, self._release)
 
     # -- allocation and transfer ------------------------------------------------------------
     def allocate(self, shape: tuple[int, ...], dtype: np.dtype) -> Tensor:
