@@ -32,12 +32,16 @@ from .hookspecs import hookimpl, hookspec
 from .plugins import get_registry, register
 from .tensor import Tensor
 
+from . import autograd, optim  # noqa: E402  (after Tensor: autograd builds on it)
+from .autograd import Variable, no_grad  # noqa: E402
+
 try:
     __version__ = _metadata.version("riftco")
 except _metadata.PackageNotFoundError:  # running from a source tree without install
     __version__ = "0.0.0+unknown"
 
 __all__ = [
+    "autograd", "optim", "Variable", "no_grad",
     "PROTOCOL_VERSION", "Backend", "BackendBase", "Capabilities", "DeviceInfo", "Tensor",
     "Device", "device", "default_device", "get_default_device", "get_registry", "register",
     "hookimpl", "hookspec", "ops", "tensor", "zeros", "ones", "full", "arange", "randn",

@@ -1,0 +1,83 @@
+"""riftco.autograd: reverse-mode differentiation over raw tensor ops.
+
+``Variable`` wraps a Tensor in a graph node; its operators and methods (installed below
+from the op modules, so each op's forward and VJP stay side by side) record the graph.
+``backward()`` replaces the gradients of every reachable leaf: no accumulation across
+calls, no ``zero_grad`` needed. See graph.py for the engine and DESIGN.md §5.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import operations as _o
+from .checkpoint import checkpoint
+from .custom_gradient import custom_gradient
+from .domain import flush as check_domain
+from .domain import set_domain_checks
+from .fused import attention, cross_entropy, embedding, gelu, layer_norm, softmax
+from .gradcheck import gradcheck
+from .graph import Variable, enable_grad, graph_stats, no_grad
+from .indexing import getitem
+from .operations import (
+    add,
+    as_variable,
+    broadcast_to,
+    concatenate_last_axis,
+    div,
+    exp,
+    log,
+    matmul,
+    max,
+    mean,
+    mul,
+    neg,
+    permute,
+    reshape,
+    split_last_axis,
+    sqrt,
+    sub,
+    sum,
+    sum_to_shape,
+    tanh,
+    transpose,
+)
+from .operations import pow as power
+
+
+def _install() -> None:
+    """Operators and methods of Variable; a Python number works on either side."""
+    v: Any = Variable
+    v.__add__ = _o.add
+    v.__radd__ = _o.add
+    v.__sub__ = _o.sub
+    v.__rsub__ = _o.rsub
+    v.__mul__ = _o.mul
+    v.__rmul__ = _o.mul
+    v.__truediv__ = _o.div
+    v.__rtruediv__ = _o.rdiv
+    v.__neg__ = _o.neg
+    v.__pow__ = _o.pow
+    v.__matmul__ = _o.matmul
+    v.__rmatmul__ = lambda self, other: _o.matmul(other, self)
+    v.__getitem__ = getitem
+    for name in (
+        "sum", "mean", "max", "reshape", "transpose", "permute", "broadcast_to",
+        "sum_to_shape", "exp", "log", "sqrt", "tanh",
+    ):  # fmt: skip
+        setattr(v, name, getattr(_o, name))
+    v.gelu = gelu
+    v.softmax = softmax
+    v.T = property(lambda self: _o.transpose(self))
+
+
+_install()
+
+__all__ = [
+    "Variable", "no_grad", "enable_grad", "graph_stats", "as_variable",
+    "add", "sub", "mul", "div", "neg", "power", "matmul", "exp", "log", "sqrt", "tanh",
+    "sum", "mean", "max", "reshape", "transpose", "permute", "broadcast_to", "sum_to_shape",
+    "getitem", "concatenate_last_axis", "split_last_axis",
+    "gelu", "softmax", "layer_norm", "embedding", "cross_entropy", "attention",
+    "custom_gradient", "checkpoint", "gradcheck", "set_domain_checks", "check_domain",
+]  # fmt: skip

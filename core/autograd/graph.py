@@ -1,0 +1,395 @@
+"""Graph nodes, traversal, versions and the isolated gradient context.
+
+In the C++ original a ``Variable`` is a handle holding a ``shared_ptr`` to a node. In
+Python every reference already is such a handle, so :class:`Variable` *is* the node: one
+object per operation keeps the per-op cost low. Ownership runs one way only, child ->
+parent (``_parents``) and node -> saved tensors (``_backward`` closure); a rule never
+captures its output node, so a graph has no cycle and dies with its last handle.
+
+``backward()`` works in three phases: collect the reachable nodes (iterative depth-first
+postorder, no recursion limit), validate every recorded parent version and pending value
+check, then run the local rules in reverse order into a private ``dict``. Public
+``.grad`` fields are written only after the whole pass succeeded, so a failing rule
+leaves every gradient as it was and a repeated ``backward()`` gives the same gradients.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from .. import tensor_ops as ops
+from ..errors import DeviceMismatchError, DTypeError, GradientError, ShapeError, StaleGraphError
+from ..tensor import Tensor
+from . import domain
+
+Rule = Callable[[Tensor], "tuple[Tensor | None, ...] | list[Tensor | None]"]
+
+_seq = itertools.count(1)  # creation stamps: checkpoint() tells its own nodes from outer ones
+
+
+class _GradMode:
+    enabled = True  # process-wide like tinygrad's Tensor.no_grad; not per thread
+
+
+@contextmanager
+def no_grad() -> Iterator[None]:
+    """Build no graph inside the block (evaluation, optimizer arithmetic)."""
+    prev, _GradMode.enabled = _GradMode.enabled, False
+    try:
+        yield
+    finally:
+        _GradMode.enabled = prev
+
+
+@contextmanager
+def enable_grad() -> Iterator[None]:
+    prev, _GradMode.enabled = _GradMode.enabled, True
+    try:
+        yield
+    finally:
+        _GradMode.enabled = prev
+
+
+def _describe(v: Variable) -> str:
+    name = f"{v.name!r} " if v.name else ""
+    kind = "parameter" if v._backward is None else f"output of {v._op}"
+    return f"Variable {name}(shape {v._value.shape}, {kind})"
+
+
+class Variable:
+    """A Tensor in the autograd graph: value, gradient, parents and the local VJP rule."""
+
+    __slots__ = (
+        "_value", "grad", "requires_grad", "name", "_parents", "_versions", "_backward",
+        "_op", "_vbase", "_retain", "_seq", "__weakref__",
+    )  # fmt: skip
+
+    def __init__(self, value: Tensor, requires_grad: bool = False, name: str | None = None) -> None:
+        if isinstance(value, Variable):
+            value = value._value
+        if not isinstance(value, Tensor):
+            raise DTypeError(
+                f"[Variable] value must be a riftco Tensor; got {type(value).__name__}"
+            )
+        if requires_grad and value.dtype.kind != "f":
+            raise DTypeError(f"[Variable] only float tensors can require grad; got {value.dtype}")
+        self._value = value
+        self.grad: Tensor | None = None
+        self.requires_grad = bool(requires_grad)
+        self.name = name
+        self._parents: tuple[Variable, ...] = ()
+        self._versions: tuple[int, ...] = ()
+        self._backward: Rule | None = None
+        self._op = "leaf"
+        self._vbase = 0
+        self._retain = False
+        self._seq = next(_seq)
+
+    # -- value and version ----------------------------------------------------------------
+    @property
+    def value(self) -> Tensor:
+        return self._value
+
+    @value.setter
+    def value(self, tensor: Tensor) -> None:
+        self.assign(tensor)
+
+    @property
+    def version(self) -> int:
+        """Replacement counter folded with the storage version: strictly increasing.
+
+        ``assign`` swaps the Tensor, whose storage has its own counter, so the offset
+        ``_vbase`` is moved to keep the sum above every value it had before; in-place writes
+        (optimizer steps, ``ops.assign_``) bump the storage counter itself."""
+        return self._vbase + self._value.storage.version
+
+    def _replace(self, tensor: Tensor) -> None:
+        old = self.version
+        self._value = tensor
+        self._vbase = old + 1 - tensor.storage.version
+
+    def assign(self, tensor: Tensor) -> Variable:
+        """Replace the value (same shape, dtype, backend); graphs that read it go stale."""
+        if isinstance(tensor, Variable):
+            tensor = tensor._value
+        if not isinstance(tensor, Tensor):
+            raise DTypeError(f"[assign] expects a Tensor; got {type(tensor).__name__}")
+        v = self._value
+        if tensor.shape != v.shape or tensor.dtype != v.dtype:
+            raise ShapeError(
+                f"[assign] new value {tensor.shape} {tensor.dtype} must match "
+                f"{v.shape} {v.dtype} of {_describe(self)}"
+            )
+        if tensor.backend is not v.backend:
+            raise DeviceMismatchError(
+                f"[assign] new value lives on {tensor.device}, the Variable on {v.device}; "
+                "use Variable.to() to move a Variable"
+            )
+        self._replace(tensor)
+        return self
+
+    def to(self, device: Any) -> Variable:
+        """Move this Variable's value to ``device`` in place (a parameter move).
+
+        The version is bumped so graphs recorded on the old device become stale; the
+        gradient is dropped because it lives on the old device."""
+        moved = self._value.to(device)
+        if moved is not self._value:
+            self._replace(moved)
+            self.grad = None
+        return self
+
+    # -- metadata -----------------------------------------------------------------------------
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self._value.shape
+
+    @property
+    def dtype(self) -> Any:
+        return self._value.dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self._value.shape)
+
+    @property
+    def size(self) -> int:
+        return self._value.size
+
+    @property
+    def device(self) -> Any:
+        return self._value.device
+
+    @property
+    def backend(self) -> Any:
+        return self._value.backend
+
+    @property
+    def is_leaf(self) -> bool:
+        return self._backward is None
+
+    def numpy(self) -> Any:
+        domain.flush()
+        return self._value.numpy()
+
+    def item(self) -> float | int:
+        domain.flush()
+        return self._value.item()
+
+    def __repr__(self) -> str:
+        name = f", name={self.name!r}" if self.name else ""
+        shape = "x".join(map(str, self.shape)) or "scalar"
+        return (
+            f"Variable(shape={shape}, dtype={self.dtype.name}, device={self.device}, "
+            f"requires_grad={self.requires_grad}, op={self._op}{name})"
+        )
+
+    def detach(self) -> Variable:
+        """Same value, no graph, no gradient."""
+        return Variable(self._value)
+
+    def retain_grad(self) -> Variable:
+        """Also commit this non-leaf's gradient at the next backward()."""
+        self._retain = True
+        return self
+
+    def backward(self, seed: Tensor | None = None) -> None:
+        """Replace ``.grad`` of every reachable leaf (and retained node) with d(self)/d(leaf)."""
+        if not self.requires_grad:
+            raise GradientError(
+                f"[backward] {_describe(self)} does not require grad: no input of its graph "
+                "has requires_grad=True (or it was built under no_grad)"
+            )
+        seed = _check_seed(self, seed)
+        grads, order = vjp(self, seed)
+        final = []  # dense, as optimizers and checkpoint writers expect; all made before any
+        for node in order:  # is published, so a failing copy still changes nothing
+            if node._backward is None or node._retain:
+                g = grads.get(node)
+                final.append((node, _zeros(node._value) if g is None else g.contiguous()))
+        for node, g in final:
+            node.grad = g
+
+
+def make(value: Tensor, op: str, parents: tuple[Variable, ...], rule: Rule) -> Variable:
+    """The output node of one differentiable op (graph recorded only when it is needed)."""
+    out = Variable.__new__(Variable)
+    out._value = value
+    out.grad = None
+    out.name = None
+    out._vbase = 0
+    out._retain = False
+    out._op = op
+    if _GradMode.enabled:
+        for p in parents:
+            if p.requires_grad:
+                break
+        else:
+            p = None
+    else:
+        p = None
+    if p is not None:
+        out.requires_grad = True
+        out._parents = parents
+        out._versions = tuple(p._vbase + p._value.storage.version for p in parents)
+        out._backward = rule
+        out._seq = next(_seq)
+    else:
+        out.requires_grad = False
+        out._parents = ()
+        out._versions = ()
+        out._backward = None
+        out._seq = 0
+    return out
+
+
+def _zeros(like: Tensor) -> Tensor:
+    out = like.backend.allocate(like.shape, like.dtype)
+    like.backend.fill(out, 0.0)
+    return out
+
+
+def _check_seed(root: Variable, seed: Tensor | None) -> Tensor:
+    v = root._value
+    if seed is None:
+        if v.size != 1:
+            raise GradientError(
+                f"[backward] output has shape {v.shape}; a non-scalar output needs an explicit "
+                f"seed Tensor of shape {v.shape} on {v.device}"
+            )
+        out = v.backend.allocate(v.shape, v.dtype)
+        v.backend.fill(out, 1.0)
+        return out
+    if isinstance(seed, Variable):
+        seed = seed._value
+    if not isinstance(seed, Tensor):
+        raise GradientError(f"[backward] seed must be a Tensor; got {type(seed).__name__}")
+    if seed.shape != v.shape or seed.dtype != v.dtype:
+        raise GradientError(
+            f"[backward] seed of shape {seed.shape} and dtype {seed.dtype} must match the "
+            f"output's shape {v.shape} and dtype {v.dtype}"
+        )
+    if seed.backend is not v.backend:
+        raise GradientError(f"[backward] seed lives on {seed.device}, the output on {v.device}")
+    return seed
+
+
+def topo_order(
+    root: Variable, stop: set[Variable] | frozenset[Variable] = frozenset()
+) -> list[Variable]:
+    """Reachable nodes requiring grad, parents before children; ``stop`` nodes are not expanded.
+
+    Iterative depth-first postorder: a 10,000-op chain needs no recursion."""
+    order: list[Variable] = []
+    visited = {root}
+    stack: list[tuple[Variable, Iterator[Variable]]] = [(root, iter(root._parents))]
+    if root in stop:
+        return [root]
+    while stack:
+        node, parents = stack[-1]
+        for p in parents:
+            if p.requires_grad and p not in visited:
+                visited.add(p)
+                if p in stop:
+                    order.append(p)
+                    continue
+                stack.append((p, iter(p._parents)))
+                break
+        else:
+            stack.pop()
+            order.append(node)
+    return order
+
+
+def check_versions(order: Iterable[Variable]) -> None:
+    """Raise StaleGraphError if any value a rule will read changed since its forward."""
+    for node in order:
+        if node._backward is None:
+            continue
+        for p, recorded in zip(node._parents, node._versions, strict=False):
+            now = p._vbase + p._value.storage.version
+            if now != recorded:
+                raise StaleGraphError(
+                    f"[backward] stale graph: {_describe(p)} changed after {node._op} read it "
+                    f"(version {recorded} at forward, {now} now; an optimizer step, assign() "
+                    "or .to() replaced it); run the forward pass again"
+                )
+
+
+def _accumulate(grads: dict[Variable, Tensor], node: Variable, p: Variable, g: Tensor) -> None:
+    v = p._value
+    if not isinstance(g, Tensor):
+        raise GradientError(f"[{node._op}] backward rule returned {type(g).__name__}, not a Tensor")
+    if g.backend is not v.backend:
+        raise GradientError(
+            f"[{node._op}] cross-backend gradient: contribution on {g.device} for "
+            f"{_describe(p)} on {v.device}"
+        )
+    if g.shape != v.shape or g.dtype != v.dtype:
+        raise GradientError(
+            f"[{node._op}] gradient {g.shape} {g.dtype} does not match {_describe(p)} ({v.dtype})"
+        )
+    prev = grads.get(p)
+    grads[p] = g if prev is None else ops.add(prev, g)
+
+
+def vjp(
+    root: Variable, seed: Tensor, stop: set[Variable] | frozenset[Variable] = frozenset()
+) -> tuple[dict[Variable, Tensor], list[Variable]]:
+    """Vector-Jacobian product into a fresh private context; nothing public is written.
+
+    Returns the gradients of the leaves, the ``stop`` nodes and retained nodes, plus the
+    traversal order. Re-entrant: checkpoint replays call it from inside a rule."""
+    order = topo_order(root, stop)
+    check_versions(order)
+    domain.flush()
+    grads: dict[Variable, Tensor] = {root: seed}
+    for node in reversed(order):
+        rule = node._backward
+        if rule is None or node in stop:
+            continue
+        g = grads.get(node) if node._retain else grads.pop(node, None)
+        if g is None:  # no path delivered a contribution
+            continue
+        contributions = rule(g)
+        for p, c in zip(node._parents, contributions, strict=True):
+            if c is not None and p.requires_grad:
+                _accumulate(grads, node, p, c)
+    return grads, order
+
+
+def graph_stats(root: Variable) -> dict[str, int]:
+    """Node count and elements of the distinct storages the graph keeps alive.
+
+    Counts every reachable node's value and every Tensor a backward rule saved (found in
+    its closure), each storage once, so activation checkpointing shows up as fewer
+    retained elements."""
+    seen = {root}
+    todo = [root]
+    storages: dict[int, int] = {}
+
+    def keep(t: Any) -> None:
+        if isinstance(t, Tensor):
+            storages[id(t.storage)] = t.storage.size
+        elif isinstance(t, (list, tuple)):
+            for x in t:
+                if isinstance(x, Tensor):
+                    storages[id(x.storage)] = x.storage.size
+
+    while todo:
+        node = todo.pop()
+        keep(node._value)
+        rule = node._backward
+        for cell in getattr(rule, "__closure__", None) or ():
+            try:
+                keep(cell.cell_contents)
+            except ValueError:  # an empty cell
+                pass
+        for p in node._parents:
+            if p not in seen:
+                seen.add(p)
+                todo.append(p)
+    return {"nodes": len(seen), "retained_elements": sum(storages.values())}

@@ -1,0 +1,187 @@
+"""Optimizers over autograd Variables: SGD, AdamW and global-norm gradient clipping.
+
+``backward()`` replaces gradients, so a step reads exactly the last pass's gradients and
+no ``zero_grad`` is needed. Steps write parameters in place (``ops.assign_`` /
+``ops.adam_update``), which bumps their versions: graphs built before the step become
+stale. Optimizer state lives on each parameter's backend; ``state_dict`` holds host numpy
+copies plus step counts, for checkpoints.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+
+from . import tensor_ops as ops
+from .autograd import Variable
+from .errors import DTypeError, ShapeError
+from .tensor import Tensor
+
+
+def _params(params: Iterable[Variable], op: str) -> list[Variable]:
+    out = list(params)
+    for i, p in enumerate(out):
+        if not isinstance(p, Variable) or not p.requires_grad:
+            raise DTypeError(f"[{op}] params[{i}] must be a Variable with requires_grad=True")
+    if len({id(p) for p in out}) != len(out):
+        raise ShapeError(f"[{op}] a parameter is listed twice")
+    return out
+
+
+def _owned(p: Variable) -> Tensor:
+    """The parameter's value as a dense tensor owning its storage (in-place updates need it)."""
+    v = p.value
+    if not v.is_dense or v.storage.size != v.size:
+        p.assign(v.backend.copy_strided(v))
+    return p.value
+
+
+def _zeros(like: Tensor) -> Tensor:
+    out = like.backend.allocate(like.shape, like.dtype)
+    like.backend.fill(out, 0.0)
+    return out
+
+
+class SGD:
+    """``p -= lr * (grad + weight_decay * p)``."""
+
+    def __init__(self, params: Iterable[Variable], lr: float, weight_decay: float = 0.0) -> None:
+        self.params = _params(params, "SGD")
+        self.lr = float(lr)
+        self.weight_decay = float(weight_decay)
+
+    def step(self) -> None:
+        for p in self.params:
+            if p.grad is None:
+                continue
+            v = _owned(p)
+            g = p.grad
+            if self.weight_decay:
+                g = ops.add(g, ops.mul_scalar(v, self.weight_decay))
+            ops.assign_(v, ops.sub(v, ops.mul_scalar(g, self.lr)))
+
+    def zero_grad(self) -> None:
+        for p in self.params:
+            p.grad = None
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"lr": self.lr, "weight_decay": self.weight_decay}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.lr = float(state["lr"])
+        self.weight_decay = float(state.get("weight_decay", 0.0))
+
+
+class AdamW:
+    """Adam with decoupled weight decay, through ``ops.adam_update`` (native or composite)."""
+
+    def __init__(
+        self,
+        params: Iterable[Variable],
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+    ) -> None:
+        self.params = _params(params, "AdamW")
+        self.lr = float(lr)
+        self.betas = (float(betas[0]), float(betas[1]))
+        self.eps = float(eps)
+        self.weight_decay = float(weight_decay)
+        self.state: list[dict[str, Any] | None] = [None] * len(self.params)
+
+    def step(self) -> None:
+        b1, b2 = self.betas
+        for i, p in enumerate(self.params):
+            if p.grad is None:
+                continue
+            v = _owned(p)
+            st = self.state[i]
+            if st is None or st["m"].backend is not v.backend:
+                st = self.state[i] = {"m": _zeros(v), "v": _zeros(v), "step": 0}
+            st["step"] += 1
+            ops.adam_update(
+                v,
+                p.grad,
+                st["m"],
+                st["v"],
+                self.lr,
+                b1,
+                b2,
+                self.eps,
+                self.weight_decay,
+                st["step"],
+            )
+
+    def zero_grad(self) -> None:
+        for p in self.params:
+            p.grad = None
+
+    def state_dict(self) -> dict[str, Any]:
+        """Host copies: ``{"lr", "betas", "eps", "weight_decay", "state": [{m, v, step}|None]}``."""
+        return {
+            "lr": self.lr,
+            "betas": self.betas,
+            "eps": self.eps,
+            "weight_decay": self.weight_decay,
+            "state": [
+                None
+                if st is None
+                else {"m": st["m"].numpy(), "v": st["v"].numpy(), "step": st["step"]}
+                for st in self.state
+            ],
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        entries = state["state"]
+        if len(entries) != len(self.params):
+            raise ShapeError(
+                f"[AdamW.load_state_dict] state has {len(entries)} entries for "
+                f"{len(self.params)} parameters"
+            )
+        new: list[dict[str, Any] | None] = []
+        for i, (p, st) in enumerate(zip(self.params, entries, strict=False)):
+            if st is None:
+                new.append(None)
+                continue
+            for key in ("m", "v"):
+                arr = np.asarray(st[key])
+                if arr.shape != p.shape:
+                    raise ShapeError(
+                        f"[AdamW.load_state_dict] state[{i}][{key!r}] has shape {arr.shape}; "
+                        f"parameter {i} has {p.shape}"
+                    )
+            backend = p.backend
+            new.append({
+                "m": backend.from_numpy(np.ascontiguousarray(st["m"], dtype=p.dtype)),
+                "v": backend.from_numpy(np.ascontiguousarray(st["v"], dtype=p.dtype)),
+                "step": int(st["step"]),
+            })  # fmt: skip
+        self.state = new
+        self.lr = float(state.get("lr", self.lr))
+        self.betas = tuple(float(b) for b in state.get("betas", self.betas))  # type: ignore[assignment]
+        self.eps = float(state.get("eps", self.eps))
+        self.weight_decay = float(state.get("weight_decay", self.weight_decay))
+
+
+def clip_grad_norm(params: Iterable[Variable], max_norm: float) -> float:
+    """Scale all gradients so their global L2 norm is at most ``max_norm``; return the norm.
+
+    The squared norms are summed on the device; one scalar per backend and dtype (normally
+    exactly one) is downloaded."""
+    grads = [p for p in params if p.grad is not None]
+    totals: dict[tuple[int, Any], Tensor] = {}
+    for p in grads:
+        g = p.grad
+        sq = ops.sum(ops.mul(g, g))
+        key = (id(g.backend), g.dtype)
+        totals[key] = sq if key not in totals else ops.add(totals[key], sq)
+    norm = math.sqrt(sum(float(t.item()) for t in totals.values()))
+    scale = float(max_norm) / (norm + 1e-6)
+    if scale < 1.0:
+        for p in grads:
+            p.grad = ops.mul_scalar(p.grad, scale)
+    return norm
