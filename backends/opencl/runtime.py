@@ -1,0 +1,226 @@
+"""The OpenCL runtime: one in-order queue per device, over pyopencl.
+
+Devices are enumerated across every platform (GPUs and accelerators first, in platform
+order, then CPU devices such as PoCL), so ``opencl:0`` is the best device present.
+Contexts and compiled programs are shared per device and source, so several backend
+instances (e.g. tests at different group sizes) compile each program once.
+
+Launch cost matters for small training steps: kernel objects are created once per
+program and name, arguments are set with ``set_args`` and launched with an explicit
+local size, and parameter buffers are built with ``COPY_HOST_PTR`` (no extra enqueue).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from riftco.errors import BackendUnavailableError, KernelCompileError
+
+try:  # pyopencl is optional: the backend reports itself unavailable without it
+    import pyopencl as cl
+except Exception as exc:  # pragma: no cover - depends on the environment
+    cl = None
+    IMPORT_ERROR = f"pyopencl is not importable ({type(exc).__name__}: {exc})"
+else:
+    IMPORT_ERROR = ""
+
+#: The largest group a kernel may see: reduction arrays are sized for 1024 threads.
+MAX_GROUP = 1024
+DEFAULT_GROUP = 256
+GROUP_ENV = "RIFTCO_OPENCL_GROUP_SIZE"
+
+
+_PROBE_SOURCE = "__kernel void riftco_probe(__global float* x) { x[get_global_id(0)] = 1.0f; }"
+
+
+@functools.lru_cache(maxsize=1)
+def enumerate_devices() -> tuple[list[Any], str]:
+    """``(devices, error)``: every usable OpenCL device, GPUs first; ``error`` when none.
+
+    Each device must build a one-line probe kernel: an ICD whose compiler cannot target
+    this CPU (PoCL built on an LLVM too old for the host reports "unknown target CPU
+    'generic'") would otherwise be picked as ``opencl:0`` and fail on the first op.
+    Unusable devices are left out and named in :data:`BROKEN`.
+    """
+    BROKEN.clear()
+    if cl is None:
+        return [], IMPORT_ERROR
+    try:
+        platforms = cl.get_platforms()
+    except Exception as exc:  # clGetPlatformIDs fails with -1001 when no ICD is installed
+        return [], f"no OpenCL platform ({type(exc).__name__}: {exc})"
+    found: list[Any] = []
+    for platform in platforms:
+        try:
+            devices = platform.get_devices()
+        except Exception:  # a broken platform must not hide the others
+            continue
+        for device in devices:
+            problem = _probe_build(device)
+            if problem:
+                BROKEN[f"{device.name.strip()} ({platform.version.strip()})"] = problem
+            else:
+                found.append(device)
+    if not found:
+        detail = "; ".join(f"{k}: {v}" for k, v in BROKEN.items())
+        return [], "no usable OpenCL device" + (f" ({detail})" if detail else "")
+    gpu = [d for d in found if not d.type & cl.device_type.CPU]
+    cpu = [d for d in found if d.type & cl.device_type.CPU]
+    return gpu + cpu, ""
+
+
+#: Devices that failed the probe build, with the compiler's complaint.
+BROKEN: dict[str, str] = {}
+
+
+def _probe_build(device: Any) -> str:
+    try:
+        cl.Program(cl.Context([device]), _PROBE_SOURCE).build()
+    except Exception as exc:
+        lines = [ln.strip() for ln in str(exc).splitlines() if "error" in ln.lower()]
+        return (lines[-1] if lines else str(exc).strip().splitlines()[0])[:200]
+    return ""
+
+
+def is_gpu(device: Any) -> bool:
+    return not device.type & cl.device_type.CPU
+
+
+def has_fp64(device: Any) -> bool:
+    return "cl_khr_fp64" in device.extensions.split()
+
+
+def group_size_for(device: Any, requested: int | None = None) -> int:
+    """The launch group size: ``requested`` or RIFTCO_OPENCL_GROUP_SIZE or 256, checked."""
+    limit = min(int(device.max_work_group_size), MAX_GROUP)
+    value = requested
+    if value is None and os.environ.get(GROUP_ENV):
+        try:
+            value = int(os.environ[GROUP_ENV])
+        except ValueError:
+            raise BackendUnavailableError(
+                f"[opencl] {GROUP_ENV}={os.environ[GROUP_ENV]!r} is not an integer"
+            ) from None
+    if value is None:
+        return max(32, min(DEFAULT_GROUP, limit) // 32 * 32)
+    if value <= 0 or value % 32 or value > limit:
+        raise BackendUnavailableError(
+            f"[opencl] group size {value} must be a positive multiple of 32 and at most "
+            f"{limit} on {device.name.strip()}"
+        )
+    return value
+
+
+_shared_lock = threading.Lock()
+_contexts: dict[int, tuple[Any, Any]] = {}
+_programs: dict[tuple[int, str], Any] = {}
+
+
+def _context(index: int, device: Any) -> tuple[Any, Any]:
+    with _shared_lock:
+        if index not in _contexts:
+            ctx = cl.Context([device])
+            _contexts[index] = (ctx, cl.CommandQueue(ctx, device))
+        return _contexts[index]
+
+
+class OpenCLProgram:
+    def __init__(self, program: Any, name: str, device_name: str) -> None:
+        self.program = program
+        self.name = name
+        self.device_name = device_name
+        self._kernels: dict[str, Any] = {}
+
+    def kernel(self, name: str) -> Any:
+        k = self._kernels.get(name)
+        if k is None:
+            try:
+                k = self._kernels[name] = cl.Kernel(self.program, name)
+            except cl.Error as exc:
+                raise KernelCompileError(
+                    f"[compile] kernel {name!r} not found in {self.name} on {self.device_name}: "
+                    f"{exc}"
+                ) from None
+        return k
+
+
+class OpenCLRuntime:
+    """Implements ``riftco.kernels.runtime.Runtime`` on one OpenCL device."""
+
+    def __init__(self, index: int, group_size: int | None = None) -> None:
+        devices, error = enumerate_devices()
+        if error or not 0 <= index < len(devices):
+            raise BackendUnavailableError(f"[opencl] no device {index}: {error or 'out of range'}")
+        self.index = index
+        self.device = devices[index]
+        self.device_name = self.device.name.strip()
+        self.context, self.queue = _context(index, self.device)
+        self.group_size = group_size_for(self.device, group_size)
+        self._kernel_groups: dict[int, int] = {}
+
+    @property
+    def group_size_hint(self) -> int:
+        """Known here (unlike Metal): lets row kernels launch one group per row."""
+        return self.group_size
+
+    @property
+    def serial_rows(self) -> bool:
+        """On CPU devices a work-item per row beats a threadgroup tree (barriers are costly)."""
+        return not is_gpu(self.device)
+
+    def allocate(self, nbytes: int) -> Any:
+        return cl.Buffer(self.context, cl.mem_flags.READ_WRITE, size=max(int(nbytes), 1))
+
+    def upload(self, buffer: Any, array: np.ndarray) -> None:
+        # Non-blocking: pyopencl's NannyEvent keeps the host copy alive until it is done.
+        cl.enqueue_copy(self.queue, buffer, np.ascontiguousarray(array), is_blocking=False)
+
+    def download(self, buffer: Any, nbytes: int) -> np.ndarray:
+        out = np.empty(nbytes, dtype=np.uint8)
+        cl.enqueue_copy(self.queue, out, buffer, is_blocking=True)
+        return out
+
+    def constant(self, data: bytes) -> Any:
+        flags = cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR
+        return cl.Buffer(self.context, flags, hostbuf=np.frombuffer(data, dtype=np.uint8))
+
+    def compile(self, source: str, name: str) -> OpenCLProgram:
+        key = (self.index, source)
+        with _shared_lock:
+            program = _programs.get(key)
+        if program is None:
+            try:
+                program = cl.Program(self.context, source).build(options=["-cl-std=CL1.2"])
+            except cl.Error as exc:  # RuntimeError subclass carrying the build log
+                raise KernelCompileError(
+                    f"[compile] {name} failed to build on {self.device_name}:\n{exc}"
+                ) from None
+            with _shared_lock:
+                _programs[key] = program
+        return OpenCLProgram(program, name, self.device_name)
+
+    def _group_for(self, kernel: Any) -> int:
+        """The run's group size, lowered to the kernel's own limit (as Metal does)."""
+        key = id(kernel)
+        g = self._kernel_groups.get(key)
+        if g is None:
+            limit = kernel.get_work_group_info(
+                cl.kernel_work_group_info.WORK_GROUP_SIZE, self.device
+            )
+            g = min(self.group_size, max(32, int(limit) // 32 * 32))
+            self._kernel_groups[key] = g
+        return g
+
+    def launch(self, kernel: Any, global_threads: int, buffers: Sequence[Any]) -> None:
+        g = self._group_for(kernel)
+        total = -(-global_threads // g) * g
+        kernel.set_args(*buffers)
+        cl.enqueue_nd_range_kernel(self.queue, kernel, (total,), (g,))
+
+    def synchronize(self) -> None:
+        self.queue.finish()

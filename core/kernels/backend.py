@@ -1,0 +1,213 @@
+"""KernelBackend: the Backend protocol implemented once over the small ``Runtime`` interface.
+
+OpenCL, Metal and the Metal stand-in differ only in their runtime (``runtime.py``); this
+class owns everything else: program compilation and caching, parameter buffers, the
+caching allocator, transfers and their accounting, and (through the mixins) every op.
+
+Kernel methods call :meth:`KernelBackend.launch`, which binds buffers in the order the
+kernel signature lists them: the tensors' buffers, then an int32 parameter buffer (when
+``ints`` is given), then a parameter buffer of the element type (when ``floats`` is
+given). metalcompute has no scalar arguments, so every size and constant travels this way
+on every runtime. Launches are asynchronous; only ``to_numpy`` (hence ``item``) and
+``synchronize`` wait for the device.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from ..backend import BackendBase
+from ..errors import DTypeError
+from ..tensor import Tensor
+from .allocator import CachingAllocator
+from .fused import FusedKernels
+from .layout import collapse
+from .primitives import PrimitiveKernels
+from .runtime import Program, Runtime
+from .sources import program_source
+
+#: Parameter buffers are immutable and keyed by content, so hot loops reuse them.
+_CONSTANT_CACHE_SIZE = 4096
+
+
+@dataclass
+class TransferStats:
+    """Host<->device traffic. Tests assert on it: a training step downloads only the loss."""
+
+    uploads: int = 0
+    upload_bytes: int = 0
+    downloads: int = 0
+    download_bytes: int = 0
+    launches: int = 0
+    param_buffers: int = 0  # new parameter buffers (cache misses), a few bytes each
+    compiles: int = 0
+    synchronizations: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return dict(self.__dict__)
+
+
+class KernelBackend(FusedKernels, PrimitiveKernels, BackendBase):
+    """Base of every backend that runs ``shaders/`` kernels. Subclasses supply a runtime."""
+
+    name: ClassVar[str] = "kernel"
+
+    def __init__(self, device_index: int = 0, runtime: Runtime | None = None) -> None:
+        super().__init__(device_index)
+        self.runtime: Runtime = runtime if runtime is not None else self.make_runtime(device_index)
+        self.allocator = CachingAllocator(self.runtime.allocate)
+        self._programs: dict[tuple[Any, ...], Program] = {}
+        self._kernels: dict[tuple[Any, ...], Any] = {}
+        self._constants: OrderedDict[bytes, Any] = OrderedDict()
+        self._stats = TransferStats()
+
+    def make_runtime(self, device_index: int) -> Runtime:
+        """The runtime for ``device_index``; subclasses override."""
+        raise NotImplementedError(f"{type(self).__name__} must provide a runtime")
+
+    # -- programs and launches ----------------------------------------------------------------
+    def compile_source(self, source: str, name: str) -> Program:
+        """Compile a complete source string (raises ``KernelCompileError`` with the log)."""
+        self._stats.compiles += 1
+        return self.runtime.compile(source, name)
+
+    def kernel(
+        self,
+        family: str,
+        kernel: str,
+        dtype: np.dtype,
+        index_dtype: np.dtype | None = None,
+        defines: Mapping[str, str] | None = None,
+    ) -> Any:
+        """The compiled kernel object, building its family's program on first use."""
+        pkey = (family, np.dtype(dtype), np.dtype(index_dtype or np.int32), _frozen(defines))
+        key = (*pkey, kernel)
+        k = self._kernels.get(key)
+        if k is None:
+            program = self._programs.get(pkey)
+            if program is None:
+                src = program_source(family, dtype, index_dtype, defines)
+                program = self.compile_source(src, f"{family}.cl [{np.dtype(dtype).name}]")
+                self._programs[pkey] = program
+            k = self._kernels[key] = program.kernel(kernel)
+        return k
+
+    def launch(
+        self,
+        family: str,
+        kernel: str,
+        dtype: np.dtype,
+        threads: int,
+        *args: Tensor,
+        ints: Sequence[int] = (),
+        floats: Sequence[float] = (),
+        index_dtype: np.dtype | None = None,
+        defines: Mapping[str, str] | None = None,
+    ) -> None:
+        """Queue ``kernel`` of ``shaders/<family>.cl`` over ``threads`` threads (1-D)."""
+        if threads <= 0:
+            return
+        k = self.kernel(family, kernel, dtype, index_dtype, defines)
+        buffers = [t.storage.buffer.raw for t in args]
+        if ints:
+            buffers.append(self._constant(np.asarray(ints, dtype=np.int32).tobytes()))
+        if floats:
+            buffers.append(self._constant(np.asarray(floats, dtype=dtype).tobytes()))
+        self.runtime.launch(k, int(threads), buffers)
+        self._stats.launches += 1
+
+    def _constant(self, data: bytes) -> Any:
+        buf = self._constants.get(data)
+        if buf is not None:
+            self._constants.move_to_end(data)
+            return buf
+        buf = self._constants[data] = self.runtime.constant(data)
+        self._stats.param_buffers += 1
+        if len(self._constants) > _CONSTANT_CACHE_SIZE:
+            self._constants.popitem(last=False)
+        return buf
+
+    def empty(self, shape: Sequence[int], dtype: np.dtype) -> Tensor:
+        """A dense tensor with undefined contents from the caching allocator."""
+        shape = tuple(int(s) for s in shape)
+        dtype = np.dtype(dtype)
+        buf = self.allocator.allocate(math.prod(shape) * dtype.itemsize)
+        return self.wrap(buf, shape, dtype)
+
+    # -- allocation and transfer ----------------------------------------------------------------
+    def _check_dtype(self, op: str, dtype: np.dtype) -> None:
+        if dtype not in self.dtypes:
+            names = ", ".join(sorted(d.name for d in self.dtypes))
+            raise DTypeError(
+                f"[{op}] {self.name}:{self.device_index} does not support {dtype.name} "
+                f"(supports {names})"
+            )
+
+    def allocate(self, shape: tuple[int, ...], dtype: np.dtype) -> Tensor:
+        self._check_dtype("allocate", np.dtype(dtype))
+        return self.empty(shape, dtype)
+
+    def from_numpy(self, array: np.ndarray) -> Tensor:
+        arr = np.ascontiguousarray(array)
+        self._check_dtype("from_numpy", arr.dtype)
+        out = self.empty(arr.shape, arr.dtype)
+        if arr.nbytes:
+            self.runtime.upload(out.storage.buffer.raw, arr)
+            self._stats.uploads += 1
+            self._stats.upload_bytes += arr.nbytes
+        return out
+
+    def to_numpy(self, x: Tensor) -> np.ndarray:
+        if x.size == 0:
+            return np.empty(x.shape, dtype=x.dtype)
+        src = x if x.is_dense else self.copy_strided(x)
+        raw = self.runtime.download(src.storage.buffer.raw, src.nbytes)
+        self._stats.downloads += 1
+        self._stats.download_bytes += src.nbytes
+        return raw.view(x.dtype).reshape(x.shape)
+
+    def copy_strided(self, x: Tensor) -> Tensor:
+        out = self.empty(x.shape, x.dtype)
+        if x.size == 0:
+            return out
+        shape, strides = collapse(x.shape, x.strides)
+        if len(shape) > 8:
+            raise DTypeError(f"[copy_strided] views of rank > 8 are not supported; got {x.shape}")
+        ints = [x.size, len(shape), x.offset, *shape, *strides]
+        self.launch("copy", "copy_strided", x.dtype, x.size, out, x, ints=ints)
+        return out
+
+    def fill(self, x: Tensor, value: float) -> None:
+        n = x.size
+        self.launch("copy", "fill_value", x.dtype, n, x, ints=[n], floats=[value])
+
+    def synchronize(self) -> None:
+        self.runtime.synchronize()
+        self._stats.synchronizations += 1
+
+    def memory_stats(self) -> dict[str, int]:
+        return self.allocator.stats()
+
+    def reset_peak(self) -> None:
+        self.allocator.reset_peak()
+
+    def empty_cache(self) -> None:
+        """Return pooled buffers to the driver (they are kept for reuse otherwise)."""
+        self.allocator.empty_cache()
+
+    def transfer_stats(self) -> dict[str, int]:
+        """Counts since creation (or the last reset): uploads, downloads, bytes, launches."""
+        return self._stats.as_dict()
+
+    def reset_transfer_stats(self) -> None:
+        self._stats = TransferStats()
+
+
+def _frozen(defines: Mapping[str, str] | None) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted((defines or {}).items()))

@@ -1,0 +1,259 @@
+"""Host side of the primitive kernels: each method sizes its output and queues launches.
+
+Mixed into :class:`~riftco.kernels.backend.KernelBackend`, which provides ``launch`` and
+``empty``. Operands arrive dense (core copies views first); results are fresh dense
+tensors. Nothing here waits for the device.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .layout import reduction_groups
+from .sources import c_type
+
+if TYPE_CHECKING:
+    from ..tensor import Tensor
+
+#: Rows at most this long are reduced by one thread each; longer ones by a threadgroup.
+_SMALL_ROW = 64
+#: Tile of ``matmul_tiled`` (must match shaders/matmul.cl) and its threads per tile.
+_TILE_M, _TILE_N, _TILE_THREADS = 64, 64, 256
+#: Column reductions split the reduced axis until about this many threads run.
+_COLUMN_THREADS = 16384
+
+
+class PrimitiveKernels:
+    """The required primitives (plus AdamW) as launches of ``shaders/`` kernels."""
+
+    launch: Any
+    empty: Any
+    runtime: Any
+
+    # -- elementwise --------------------------------------------------------------------------
+    def _unary(self, op: str, x: Tensor) -> Tensor:
+        out = self.empty(x.shape, x.dtype)
+        self.launch("elementwise", f"unary_{op}", x.dtype, x.size, out, x, ints=[x.size])
+        return out
+
+    def neg(self, x: Tensor) -> Tensor:
+        return self._unary("neg", x)
+
+    def exp(self, x: Tensor) -> Tensor:
+        return self._unary("exp", x)
+
+    def log(self, x: Tensor) -> Tensor:
+        return self._unary("log", x)
+
+    def sqrt(self, x: Tensor) -> Tensor:
+        return self._unary("sqrt", x)
+
+    def rsqrt(self, x: Tensor) -> Tensor:
+        return self._unary("rsqrt", x)
+
+    def tanh(self, x: Tensor) -> Tensor:
+        return self._unary("tanh", x)
+
+    def abs(self, x: Tensor) -> Tensor:
+        return self._unary("abs", x)
+
+    def _binary(self, op: str, a: Tensor, b: Tensor) -> Tensor:
+        out = self.empty(a.shape, a.dtype)
+        self.launch("elementwise", op, a.dtype, a.size, out, a, b, ints=[a.size])
+        return out
+
+    def add(self, a: Tensor, b: Tensor) -> Tensor:
+        return self._binary("binary_add", a, b)
+
+    def sub(self, a: Tensor, b: Tensor) -> Tensor:
+        return self._binary("binary_sub", a, b)
+
+    def mul(self, a: Tensor, b: Tensor) -> Tensor:
+        return self._binary("binary_mul", a, b)
+
+    def div(self, a: Tensor, b: Tensor) -> Tensor:
+        return self._binary("binary_div", a, b)
+
+    def maximum(self, a: Tensor, b: Tensor) -> Tensor:
+        return self._binary("binary_maximum", a, b)
+
+    def minimum(self, a: Tensor, b: Tensor) -> Tensor:
+        return self._binary("binary_minimum", a, b)
+
+    def compare(self, a: Tensor, b: Tensor, op: str) -> Tensor:
+        return self._binary(f"cmp_{op}", a, b)
+
+    def _scalar(self, op: str, x: Tensor, ints: Sequence[int], value: float) -> Tensor:
+        out = self.empty(x.shape, x.dtype)
+        self.launch("elementwise", op, x.dtype, x.size, out, x, ints=ints, floats=[value])
+        return out
+
+    def add_scalar(self, x: Tensor, value: float) -> Tensor:
+        return self._scalar("scalar_add", x, [x.size], value)
+
+    def mul_scalar(self, x: Tensor, value: float) -> Tensor:
+        return self._scalar("scalar_mul", x, [x.size], value)
+
+    def pow_scalar(self, x: Tensor, value: float) -> Tensor:
+        # Small integral exponents multiply exactly (and keep the sign of negative bases,
+        # which Metal's fast-math pow would turn into NaN); the rest use pow().
+        integral = float(value).is_integer() and abs(value) <= 64
+        ints = [x.size, 1 if integral else 0, int(value) if integral else 0]
+        return self._scalar("scalar_pow", x, ints, value)
+
+    def where(self, cond: Tensor, a: Tensor, b: Tensor) -> Tensor:
+        out = self.empty(a.shape, a.dtype)
+        self.launch("elementwise", "where_select", a.dtype, a.size, out, cond, a, b, ints=[a.size])
+        return out
+
+    def cast(self, x: Tensor, dtype: np.dtype) -> Tensor:
+        dtype = np.dtype(dtype)
+        out = self.empty(x.shape, dtype)
+        defines = {"SRC": c_type(x.dtype)}
+        self.launch("cast", "cast_copy", dtype, x.size, out, x, ints=[x.size], defines=defines)
+        return out
+
+    # -- reductions -------------------------------------------------------------------------------
+    def sum(self, x: Tensor, axes: tuple[int, ...], keepdims: bool) -> Tensor:
+        return self._reduce("sum", x, axes, keepdims)
+
+    def max(self, x: Tensor, axes: tuple[int, ...], keepdims: bool) -> Tensor:
+        return self._reduce("max", x, axes, keepdims)
+
+    def _reduce(self, op: str, x: Tensor, axes: tuple[int, ...], keepdims: bool) -> Tensor:
+        kept = [d for i, d in enumerate(x.shape) if i not in axes]
+        shape = [1 if i in axes else d for i, d in enumerate(x.shape)] if keepdims else kept
+        out = self.empty(shape, x.dtype)
+        if out.size == 0:
+            return out
+        if x.size == 0:  # sum over an empty axis (core rejects max over one)
+            self.fill(out, 0.0)  # type: ignore[attr-defined]
+            return out
+        runs = reduction_groups(x.shape, axes)
+        flags = [r for _, r in runs]
+        if True not in flags:  # every reduced axis has size 1: a plain copy
+            self.launch(
+                "copy", "copy_strided", x.dtype, x.size, out, x, ints=[x.size, 1, 0, x.size, 1]
+            )
+        elif flags == [True]:
+            self._reduce_rows(op, out, x, 1, x.size)
+        elif flags == [False, True]:
+            self._reduce_rows(op, out, x, runs[0][0], runs[1][0])
+        elif flags == [True, False]:
+            self._reduce_cols(op, out, x, runs[0][0], runs[1][0])
+        else:  # interleaved: move reduced axes last with one strided copy
+            order = [i for i in range(x.ndim) if i not in axes] + list(axes)
+            dense = self.copy_strided(x.permute(order))  # type: ignore[attr-defined]
+            cols = math.prod(x.shape[a] for a in axes)
+            self._reduce_rows(op, out, dense, x.size // cols, cols)
+        return out
+
+    def _reduce_rows(self, op: str, out: Tensor, x: Tensor, rows: int, cols: int) -> None:
+        # CPU devices (PoCL) run a whole row per work-item far faster than a barrier tree.
+        serial = getattr(self.runtime, "serial_rows", False) and rows >= 64
+        if cols <= _SMALL_ROW or serial:
+            self.launch("reduce", f"{op}_rows_small", x.dtype, rows, out, x, ints=[rows, cols])
+        else:
+            threads = rows * self._row_threads()
+            self.launch("reduce", f"{op}_rows", x.dtype, threads, out, x, ints=[rows, cols])
+
+    def _reduce_cols(self, op: str, out: Tensor, x: Tensor, rows: int, cols: int) -> None:
+        """Reduce ``x[rows, cols]`` over rows; split the rows until enough threads run."""
+        splits = max(1, min(_COLUMN_THREADS // cols, rows // 16))
+        if splits == 1:
+            self.launch("reduce", f"{op}_cols", x.dtype, cols, out, x, ints=[rows, cols, rows])
+            return
+        chunk = -(-rows // splits)
+        splits = -(-rows // chunk)
+        partial = self.empty((splits, cols), x.dtype)
+        self.launch(
+            "reduce", f"{op}_cols", x.dtype, splits * cols, partial, x, ints=[rows, cols, chunk]
+        )
+        self._reduce_cols(op, out, partial, splits, cols)
+
+    def _row_threads(self) -> int:
+        """Threads per row for threadgroup-per-row kernels: the runtime's group size when
+        it is known (OpenCL), else 256 (Metal picks its own; kernels loop either way)."""
+        return int(getattr(self.runtime, "group_size_hint", None) or 256)
+
+    def argmax(self, x: Tensor) -> Tensor:
+        cols = x.shape[-1]
+        rows = x.size // cols
+        out = self.empty(x.shape[:-1], np.dtype(np.int32))
+        threads = rows * self._row_threads()
+        self.launch("reduce", "argmax_rows", x.dtype, threads, out, x, ints=[rows, cols])
+        return out
+
+    # -- linear algebra and layout -------------------------------------------------------------
+    def matmul(self, a: Tensor, b: Tensor, transpose_a: bool, transpose_b: bool) -> Tensor:
+        a_rows, a_cols = a.shape[-2:]
+        b_rows, b_cols = b.shape[-2:]
+        m, k = (a_cols, a_rows) if transpose_a else (a_rows, a_cols)
+        n = b_rows if transpose_b else b_cols
+        batch = math.prod(a.shape[:-2])
+        out = self.empty((*a.shape[:-2], m, n), a.dtype)
+        if out.size == 0:
+            return out
+        if k == 0:
+            self.fill(out, 0.0)  # type: ignore[attr-defined]
+            return out
+        # Logical A[m, k] and B[k, n] as strides into the dense operands.
+        sam, sak = (1, a_cols) if transpose_a else (a_cols, 1)
+        sbk, sbn = (1, b_cols) if transpose_b else (b_cols, 1)
+        ints = [m, n, k, batch, a_rows * a_cols, sam, sak, b_rows * b_cols, sbk, sbn]
+        tiles = batch * -(-m // _TILE_M) * -(-n // _TILE_N)
+        if m < 8 or n < 8:  # thin products waste most of a 64x64 tile
+            self.launch("matmul", "matmul_small", a.dtype, out.size, out, a, b, ints=ints)
+        else:
+            threads = tiles * _TILE_THREADS
+            self.launch("matmul", "matmul_tiled", a.dtype, threads, out, a, b, ints=ints)
+        return out
+
+    def concatenate_last_axis(self, xs: Sequence[Tensor]) -> Tensor:
+        width = sum(x.shape[-1] for x in xs)
+        out = self.empty((*xs[0].shape[:-1], width), xs[0].dtype)
+        rows = math.prod(xs[0].shape[:-1])
+        offset = 0
+        for x in xs:
+            w = x.shape[-1]
+            ints = [rows, w, w, 0, width, offset]
+            self.launch("copy", "copy_cols", x.dtype, rows * w, out, x, ints=ints)
+            offset += w
+        return out
+
+    def split_last_axis(self, x: Tensor, sizes: Sequence[int]) -> list[Tensor]:
+        width = x.shape[-1]
+        rows = math.prod(x.shape[:-1])
+        pieces, offset = [], 0
+        for w in sizes:
+            piece = self.empty((*x.shape[:-1], w), x.dtype)
+            ints = [rows, w, width, offset, w, 0]
+            self.launch("copy", "copy_cols", x.dtype, rows * w, piece, x, ints=ints)
+            pieces.append(piece)
+            offset += w
+        return pieces
+
+    # -- optimizer ---------------------------------------------------------------------------------
+    def adam_update(
+        self,
+        param: Tensor,
+        grad: Tensor,
+        m: Tensor,
+        v: Tensor,
+        lr: float,
+        beta1: float,
+        beta2: float,
+        eps: float,
+        weight_decay: float,
+        step: int,
+    ) -> None:
+        # Bias corrections in float64 on the host: 1 - 0.999**1 is exact enough either way.
+        floats = [lr, beta1, beta2, eps, weight_decay, 1.0 - beta1**step, 1.0 - beta2**step]
+        n = param.size
+        self.launch(
+            "adam", "adamw_update", param.dtype, n, param, grad, m, v, ints=[n], floats=floats
+        )
