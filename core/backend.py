@@ -158,7 +158,7 @@ class Backend(Protocol):
     def abs(self, x: Tensor) -> Tensor: ...
 
     def add(self, a: Tensor, b: Tensor) -> Tensor:
-        """``a + b`` for equal shapes and dtypes (no implicit broadcasting). Same for sub..minimum."""
+        """``a + b``, equal shapes and dtypes (no implicit broadcasting). Same for sub..minimum."""
         ...
 
     def sub(self, a: Tensor, b: Tensor) -> Tensor: ...
@@ -225,7 +225,8 @@ class Backend(Protocol):
     # layer_norm(x[..., C], gamma[C], beta[C], eps) -> (y, mean[...], rstd[...]) with
     #     biased variance; rstd = 1/sqrt(var + eps).
     # layer_norm_backward(dy, x, gamma, mean, rstd) -> (dx, dgamma[C], dbeta[C]).
-    # embedding(table[V, C], ids[...]) -> [..., C]; ids in [0, V) (core validates).
+    # embedding(table[V, C], ids[...]) -> [..., C]. Core range-checks ids where that is free
+    #     (host buffers); device kernels must stay in bounds and give zero rows for bad ids.
     # embedding_backward(dy[..., C], ids[...], V) -> dtable[V, C]: scatter-add, repeated
     #     ids accumulate; deterministic (same bits every run, e.g. fixed summation order).
     # cross_entropy(logits[N, V], targets[N]) -> (loss_rows[N], lse[N]): loss_rows[i] =

@@ -13,13 +13,17 @@ from collections.abc import Sequence
 
 
 def _backends(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(prog="riftco backends", description="List registered backends.")
+    parser = argparse.ArgumentParser(
+        prog="riftco backends", description="List registered backends."
+    )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     args = parser.parse_args(argv)
     from .plugins import get_registry
 
     registry = get_registry()
-    rows = [e.as_dict() for e in sorted(registry.entries.values(), key=lambda e: (-e.priority, e.name))]
+    rows = [
+        e.as_dict() for e in sorted(registry.entries.values(), key=lambda e: (-e.priority, e.name))
+    ]
     if args.json:
         print(json.dumps({"backends": rows, "failed_plugins": registry.failed_plugins}, indent=2))
         return 0
@@ -28,14 +32,22 @@ def _backends(argv: Sequence[str]) -> int:
         pv = row["protocol_version"]
         proto = f"{pv[0]}.{pv[1]}" if pv else "?"
         print(f"{row['name']}  [{status}]")
-        print(f"  distribution {row['distribution']} {row['version']}, protocol {proto}, priority {row['priority']}")
+        print(
+            f"  distribution {row['distribution']} {row['version']}, protocol {proto}, "
+            f"priority {row['priority']}"
+        )
         for d in row["devices"]:
-            print(f"  device {row['name']}:{d['index']}  {d['name']}  dtypes: {', '.join(d['dtypes'])}")
+            print(
+                f"  device {row['name']}:{d['index']}  {d['name']}  "
+                f"dtypes: {', '.join(d['dtypes'])}"
+            )
         caps = row["capabilities"]
         if caps:
             native = [op for op, how in caps["fused"].items() if how == "native"]
             composite = [op for op, how in caps["fused"].items() if how == "composite"]
-            print(f"  dtypes: {', '.join(caps['dtypes'])}; strided input: {caps['accepts_strided']}")
+            print(
+                f"  dtypes: {', '.join(caps['dtypes'])}; strided input: {caps['accepts_strided']}"
+            )
             print(f"  fused native: {', '.join(native) or '-'}")
             print(f"  fused composite: {', '.join(composite) or '-'}")
     return 0

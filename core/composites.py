@@ -30,12 +30,21 @@ def _full(like: Tensor, shape: tuple[int, ...], value: float) -> Tensor:
 
 def _bcast_last(stat: Tensor, shape: tuple[int, ...]) -> Tensor:
     """``stat`` of shape ``shape[:-1]`` (or keepdims) broadcast along the last axis."""
-    return stat.reshape(shape[:-1] + (1,)).broadcast_to(shape)
+    if stat.ndim == len(shape) - 1:
+        stat = stat.expand_dims(-1)  # a view for any strides (reshape would need dense)
+    return stat.broadcast_to(shape)
 
 
 def _erf(x: Tensor) -> Tensor:
     """Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7): exp, abs and a polynomial only."""
-    p, a1, a2, a3, a4, a5 = 0.3275911, 0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429
+    p, a1, a2, a3, a4, a5 = (
+        0.3275911,
+        0.254829592,
+        -0.284496736,
+        1.421413741,
+        -1.453152027,
+        1.061405429,
+    )
     ax = ops.abs(x)
     t = ops.pow_scalar(ops.add_scalar(ops.mul_scalar(ax, p), 1.0), -1.0)
     poly = ops.add_scalar(ops.mul_scalar(t, a5), a4)
@@ -51,7 +60,9 @@ def _erf(x: Tensor) -> Tensor:
 
 def gelu(x: Tensor, approximate: str) -> Tensor:
     if approximate == "tanh":
-        inner = ops.mul_scalar(ops.add(x, ops.mul_scalar(ops.pow_scalar(x, 3.0), 0.044715)), _SQRT_2_OVER_PI)
+        inner = ops.mul_scalar(
+            ops.add(x, ops.mul_scalar(ops.pow_scalar(x, 3.0), 0.044715)), _SQRT_2_OVER_PI
+        )
         return ops.mul(ops.mul_scalar(x, 0.5), ops.add_scalar(ops.tanh(inner), 1.0))
     cdf = ops.mul_scalar(ops.add_scalar(_erf(ops.mul_scalar(x, 1.0 / math.sqrt(2.0))), 1.0), 0.5)
     return ops.mul(x, cdf)
@@ -60,9 +71,13 @@ def gelu(x: Tensor, approximate: str) -> Tensor:
 def gelu_backward(dy: Tensor, x: Tensor, approximate: str) -> Tensor:
     if approximate == "tanh":
         x2 = ops.mul(x, x)
-        inner = ops.mul_scalar(ops.mul(x, ops.add_scalar(ops.mul_scalar(x2, 0.044715), 1.0)), _SQRT_2_OVER_PI)
+        inner = ops.mul_scalar(
+            ops.mul(x, ops.add_scalar(ops.mul_scalar(x2, 0.044715), 1.0)), _SQRT_2_OVER_PI
+        )
         t = ops.tanh(inner)
-        dinner = ops.mul_scalar(ops.add_scalar(ops.mul_scalar(x2, 3 * 0.044715), 1.0), _SQRT_2_OVER_PI)
+        dinner = ops.mul_scalar(
+            ops.add_scalar(ops.mul_scalar(x2, 3 * 0.044715), 1.0), _SQRT_2_OVER_PI
+        )
         sech2 = ops.add_scalar(ops.neg(ops.mul(t, t)), 1.0)
         grad = ops.add(
             ops.mul_scalar(ops.add_scalar(t, 1.0), 0.5),
@@ -70,7 +85,9 @@ def gelu_backward(dy: Tensor, x: Tensor, approximate: str) -> Tensor:
         )
         return ops.mul(dy, grad)
     cdf = ops.mul_scalar(ops.add_scalar(_erf(ops.mul_scalar(x, 1.0 / math.sqrt(2.0))), 1.0), 0.5)
-    pdf = ops.mul_scalar(ops.exp(ops.mul_scalar(ops.mul(x, x), -0.5)), 1.0 / math.sqrt(2.0 * math.pi))
+    pdf = ops.mul_scalar(
+        ops.exp(ops.mul_scalar(ops.mul(x, x), -0.5)), 1.0 / math.sqrt(2.0 * math.pi)
+    )
     return ops.mul(dy, ops.add(cdf, ops.mul(x, pdf)))
 
 
@@ -112,7 +129,7 @@ def layer_norm_backward(
 
 def _one_hot(ids: Tensor, num: int, like: Tensor) -> Tensor:
     """``[N, num]`` mask in ``like.dtype`` with a 1 at each id (0 for id -1)."""
-    flat = ops.cast(ids.reshape(-1).contiguous(), like.dtype)
+    flat = ops.cast(ids.contiguous().reshape(-1), like.dtype)  # a view may not reshape
     n = flat.shape[0]
     cols = _const(like, np.arange(num)).reshape(1, num).broadcast_to((n, num))
     return ops.compare(flat.reshape(n, 1).broadcast_to((n, num)), cols, "eq")
@@ -127,7 +144,7 @@ def embedding(table: Tensor, ids: Tensor) -> Tensor:
 def embedding_backward(dy: Tensor, ids: Tensor, num_embeddings: int) -> Tensor:
     c = dy.shape[-1]
     onehot = _one_hot(ids, num_embeddings, dy)
-    return ops.matmul(onehot, dy.reshape(-1, c).contiguous(), transpose_a=True)
+    return ops.matmul(onehot, dy.contiguous().reshape(-1, c), transpose_a=True)
 
 
 def _lse(logits: Tensor) -> Tensor:
@@ -180,7 +197,9 @@ def attention_backward(
     return dq, dk, dv
 
 
-def flash_attention(q: Tensor, k: Tensor, v: Tensor, scale: float, causal: bool) -> tuple[Tensor, Tensor]:
+def flash_attention(
+    q: Tensor, k: Tensor, v: Tensor, scale: float, causal: bool
+) -> tuple[Tensor, Tensor]:
     """Composite flash: same results and ``lse`` as the fused kernel, but materialised."""
     s = _scores(q, k, scale, causal)
     lse = _lse(s)
@@ -189,7 +208,14 @@ def flash_attention(q: Tensor, k: Tensor, v: Tensor, scale: float, causal: bool)
 
 
 def flash_attention_backward(
-    dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, scale: float, causal: bool
+    dout: Tensor,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    out: Tensor,
+    lse: Tensor,
+    scale: float,
+    causal: bool,
 ) -> tuple[Tensor, Tensor, Tensor]:
     s = _scores(q, k, scale, causal)
     probs = ops.exp(ops.sub(s, _bcast_last(lse, s.shape)))

@@ -11,9 +11,10 @@ from typing import Any
 
 import numpy as np
 
-from .device import Device, device as _device
+from .device import Device
+from .device import device as _device
 from .dtypes import as_dtype, float32, int32
-from .errors import DTypeError
+from .errors import DTypeError, ShapeError
 from .tensor import Tensor
 
 
@@ -25,7 +26,8 @@ def _upload(array: np.ndarray, dev: str | Device | None, op: str) -> Tensor:
             f"[{op}] backend {backend.name!r} does not support {array.dtype.name} "
             f"(supports {names}); pass dtype= explicitly"
         )
-    return backend.from_numpy(np.ascontiguousarray(array))
+    # NOTE: not np.ascontiguousarray, which turns a 0-d array into shape (1,)
+    return backend.from_numpy(np.asarray(array, order="C"))
 
 
 def _shape(shape: Sequence[int] | int) -> tuple[int, ...]:
@@ -50,7 +52,12 @@ def tensor(data: Any, dtype: Any = None, device: str | Device | None = None) -> 
     return _upload(arr, device, "tensor")
 
 
-def full(shape: Sequence[int] | int, value: float, dtype: Any = float32, device: str | Device | None = None) -> Tensor:
+def full(
+    shape: Sequence[int] | int,
+    value: float,
+    dtype: Any = float32,
+    device: str | Device | None = None,
+) -> Tensor:
     dt = as_dtype(dtype, "full")
     backend = _device(device).backend
     if dt not in backend.dtypes:
@@ -60,18 +67,22 @@ def full(shape: Sequence[int] | int, value: float, dtype: Any = float32, device:
     return out
 
 
-def zeros(shape: Sequence[int] | int, dtype: Any = float32, device: str | Device | None = None) -> Tensor:
+def zeros(
+    shape: Sequence[int] | int, dtype: Any = float32, device: str | Device | None = None
+) -> Tensor:
     return full(shape, 0.0, dtype, device)
 
 
-def ones(shape: Sequence[int] | int, dtype: Any = float32, device: str | Device | None = None) -> Tensor:
+def ones(
+    shape: Sequence[int] | int, dtype: Any = float32, device: str | Device | None = None
+) -> Tensor:
     return full(shape, 1.0, dtype, device)
 
 
 def arange(start: float, stop: float | None = None, step: float = 1, dtype: Any = None,
            device: str | Device | None = None) -> Tensor:  # fmt: skip
     if step == 0:
-        raise ValueError("[arange] step must be nonzero")
+        raise ShapeError("[arange] step must be nonzero")
     if stop is None:
         start, stop = 0, start
     ints = all(float(v).is_integer() for v in (start, stop, step))
@@ -79,8 +90,13 @@ def arange(start: float, stop: float | None = None, step: float = 1, dtype: Any 
     return _upload(np.arange(start, stop, step).astype(dt), device, "arange")
 
 
-def randn(shape: Sequence[int] | int, seed: int | np.random.Generator | None = None,
-          dtype: Any = float32, std: float = 1.0, device: str | Device | None = None) -> Tensor:  # fmt: skip
+def randn(
+    shape: Sequence[int] | int,
+    seed: int | np.random.Generator | None = None,
+    dtype: Any = float32,
+    std: float = 1.0,
+    device: str | Device | None = None,
+) -> Tensor:
     """Standard normal values from a seeded host RNG (the same numbers on every backend)."""
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
     dt = as_dtype(dtype, "randn")

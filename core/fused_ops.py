@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from . import composites
 from . import tensor_ops as _ops
 from .backend import GELU_APPROXIMATIONS
-from .errors import DTypeError, ShapeError
+from .errors import DomainError, DTypeError, ShapeError
 from .tensor import Tensor
 
 __all__ = [
@@ -34,19 +36,23 @@ def _dispatch(op: str, backend: Any, *args: Any) -> Any:
     return getattr(composites, op)(*args)
 
 
-def _check(op: str, *xs: Tensor) -> Any:
-    for x in xs:
+def _check(op: str, *xs: Tensor, index: Tensor | None = None) -> Any:
+    """Every operand in ``xs`` must be float with one dtype; ``index`` (ids, targets) only
+    has to share the backend here, its dtype and range are checked by ``_ids``."""
+    every = xs if index is None else (*xs, index)
+    for x in every:
         _ops._require_tensor(op, x)
-    backend = _ops.same_backend(op, *xs)
-    floats = [x for x in xs if x.dtype.kind == "f"]
-    _ops._same_dtype(op, *floats)
-    _ops._float(op, xs[0])
+    backend = _ops.same_backend(op, *every)
+    _ops._same_dtype(op, *xs)
+    _ops._float(op, *xs)
     return backend
 
 
 def _approx(op: str, approximate: str) -> None:
     if approximate not in GELU_APPROXIMATIONS:
-        raise ShapeError(f"[{op}] approximate must be one of {GELU_APPROXIMATIONS}; got {approximate!r}")
+        raise ShapeError(
+            f"[{op}] approximate must be one of {GELU_APPROXIMATIONS}; got {approximate!r}"
+        )
 
 
 def _need_rank(op: str, x: Tensor, least: int, what: str) -> None:
@@ -81,6 +87,7 @@ def softmax(x: Tensor) -> Tensor:
 
 def softmax_backward(dy: Tensor, y: Tensor) -> Tensor:
     backend = _check("softmax_backward", dy, y)
+    _need_rank("softmax_backward", y, 1, "y")
     _shape_eq("softmax_backward", dy, y.shape, "dy")
     return _dispatch("softmax_backward", backend, dy, y)
 
@@ -102,6 +109,7 @@ def layer_norm_backward(
     dy: Tensor, x: Tensor, gamma: Tensor, mean: Tensor, rstd: Tensor
 ) -> tuple[Tensor, Tensor, Tensor]:
     backend = _check("layer_norm_backward", dy, x, gamma, mean, rstd)
+    _need_rank("layer_norm_backward", x, 1, "x")
     _shape_eq("layer_norm_backward", dy, x.shape, "dy")
     _shape_eq("layer_norm_backward", gamma, (x.shape[-1],), "gamma")
     _shape_eq("layer_norm_backward", mean, x.shape[:-1], "mean")
@@ -110,47 +118,64 @@ def layer_norm_backward(
 
 
 # -- embedding and cross-entropy ---------------------------------------------------------------
-def _ids(op: str, backend: Any, ids: Tensor, what: str) -> None:
+def _ids(op: str, backend: Any, ids: Tensor, what: str, low: int, high: int) -> None:
+    """Index dtype always; values in ``[low, high)`` when that costs no device sync.
+
+    On backends whose buffers are host numpy arrays the range check is a free ``min``/``max``.
+    On device backends reading the ids back would stall the queue on every step (the
+    no-round-trip rule), so there the kernels carry the contract instead: they never read
+    or write out of bounds, and rows with an out-of-range id come out as zeros."""
     _ops._index(op, ids, what)
     _ops._supported(op, backend, ids.dtype)
+    if ids.size and isinstance(ids.storage.buffer, np.ndarray):
+        host = ids.numpy()
+        lo, hi = int(host.min()), int(host.max())
+        if lo < low or hi >= high:
+            raise DomainError(
+                f"[{op}] {what} must lie in [{low}, {high}); got values in [{lo}, {hi}]"
+            )
 
 
 def embedding(table: Tensor, ids: Tensor) -> Tensor:
-    backend = _check("embedding", table, ids)
+    backend = _check("embedding", table, index=ids)
     _ops._rank("embedding", table, 2, "table")
-    _ids("embedding", backend, ids, "ids")
+    _ids("embedding", backend, ids, "ids", 0, table.shape[0])
     return _dispatch("embedding", backend, table, ids)
 
 
 def embedding_backward(dy: Tensor, ids: Tensor, num_embeddings: int) -> Tensor:
-    backend = _check("embedding_backward", dy, ids)
-    _ids("embedding_backward", backend, ids, "ids")
+    op = "embedding_backward"
+    backend = _check(op, dy, index=ids)
+    _ops._index(op, ids, "ids")
+    _need_rank(op, dy, 1, "dy")
     if dy.shape[:-1] != ids.shape:
-        raise ShapeError(
-            f"[embedding_backward] dy {dy.shape} must be ids.shape {ids.shape} + (C,)"
-        )
+        raise ShapeError(f"[{op}] dy {dy.shape} must be ids.shape {ids.shape} + (C,)")
     if num_embeddings <= 0:
-        raise ShapeError(f"[embedding_backward] num_embeddings must be positive; got {num_embeddings}")
+        raise ShapeError(f"[{op}] num_embeddings must be positive; got {num_embeddings}")
+    _ids(op, backend, ids, "ids", 0, num_embeddings)
     return _dispatch("embedding_backward", backend, dy, ids, int(num_embeddings))
 
 
 def cross_entropy(logits: Tensor, targets: Tensor) -> tuple[Tensor, Tensor]:
-    backend = _check("cross_entropy", logits, targets)
+    backend = _check("cross_entropy", logits, index=targets)
     _ops._rank("cross_entropy", logits, 2, "logits [N, V]")
-    _ids("cross_entropy", backend, targets, "targets")
+    _ops._index("cross_entropy", targets, "targets")
     _shape_eq("cross_entropy", targets, logits.shape[:1], "targets")
+    _ids("cross_entropy", backend, targets, "targets (-1 = ignored)", -1, logits.shape[1])
     return _dispatch("cross_entropy", backend, logits, targets)
 
 
 def cross_entropy_backward(
     dloss_rows: Tensor, logits: Tensor, targets: Tensor, lse: Tensor
 ) -> Tensor:
-    backend = _check("cross_entropy_backward", dloss_rows, logits, targets, lse)
-    _ops._rank("cross_entropy_backward", logits, 2, "logits [N, V]")
-    _ids("cross_entropy_backward", backend, targets, "targets")
+    op = "cross_entropy_backward"
+    backend = _check(op, dloss_rows, logits, lse, index=targets)
+    _ops._rank(op, logits, 2, "logits [N, V]")
+    _ops._index(op, targets, "targets")
     n = logits.shape[:1]
     for t, what in ((dloss_rows, "dloss_rows"), (targets, "targets"), (lse, "lse")):
-        _shape_eq("cross_entropy_backward", t, n, what)
+        _shape_eq(op, t, n, what)
+    _ids(op, backend, targets, "targets (-1 = ignored)", -1, logits.shape[1])
     return _dispatch("cross_entropy_backward", backend, dloss_rows, logits, targets, lse)
 
 

@@ -120,13 +120,17 @@ class Registry:
                     raise PluginError(reason + " [RIFTCO_STRICT_PLUGINS=1]") from exc
                 self.failed_plugins[ep.name] = reason
                 self.entries.setdefault(
-                    ep.name, BackendEntry(ep.name, None, ep.name, dist_name, dist_version, False, reason)
+                    ep.name,
+                    BackendEntry(ep.name, None, ep.name, dist_name, dist_version, False, reason),
                 )
                 continue
             self.register(plugin, name=ep.name, distribution=(dist_name, dist_version))
 
     def register(
-        self, plugin: Any, name: str | None = None, distribution: tuple[str, str] = ("<runtime>", "")
+        self,
+        plugin: Any,
+        name: str | None = None,
+        distribution: tuple[str, str] = ("<runtime>", ""),
     ) -> list[str]:
         """Register a plugin object (module or instance with hookimpls); return backend names."""
         with self._lock:
@@ -135,24 +139,37 @@ class Registry:
                 raise PluginError(f"plugin {name!r} is already registered or blocked")
             self._plugin_dist[plugin_name] = distribution
             added: list[str] = []
-            for impl in self.pm.hook.riftco_backends.get_hookimpls():
-                if impl.plugin_name != plugin_name:
-                    continue
-                try:
-                    classes = list(impl.function() or [])
-                except Exception as exc:
-                    reason = f"plugin {plugin_name!r} hook riftco_backends raised: {_short_exc(exc)}"
-                    if _strict():
-                        raise PluginError(reason) from exc
-                    self.failed_plugins[plugin_name] = reason
-                    self.entries.setdefault(
-                        plugin_name,
-                        BackendEntry(plugin_name, None, plugin_name, *distribution, False, reason),
-                    )
-                    continue
-                for cls in classes:
-                    added.append(self._add_backend(cls, plugin_name, distribution))
+            try:
+                self._add_plugin_backends(plugin_name, distribution, added)
+            except BaseException:
+                # all or nothing: a refused plugin leaves no half-registered backends behind
+                for backend_name in added:
+                    self.entries.pop(backend_name, None)
+                self.pm.unregister(name=plugin_name)
+                self._plugin_dist.pop(plugin_name, None)
+                raise
             return added
+
+    def _add_plugin_backends(
+        self, plugin_name: str, distribution: tuple[str, str], added: list[str]
+    ) -> None:
+        for impl in self.pm.hook.riftco_backends.get_hookimpls():
+            if impl.plugin_name != plugin_name:
+                continue
+            try:
+                classes = list(impl.function() or [])
+            except Exception as exc:
+                reason = f"plugin {plugin_name!r} hook riftco_backends raised: {_short_exc(exc)}"
+                if _strict():
+                    raise PluginError(reason) from exc
+                self.failed_plugins[plugin_name] = reason
+                self.entries.setdefault(
+                    plugin_name,
+                    BackendEntry(plugin_name, None, plugin_name, *distribution, False, reason),
+                )
+                continue
+            for cls in classes:
+                added.append(self._add_backend(cls, plugin_name, distribution))
 
     def _add_backend(self, cls: type, plugin: str, distribution: tuple[str, str]) -> str:
         name = getattr(cls, "name", None)
@@ -172,7 +189,8 @@ class Registry:
         if version[:1] != PROTOCOL_VERSION[:1]:
             problem = (
                 f"backend {name!r} implements protocol {version[0]}.{version[1]} but riftco "
-                f"speaks protocol {PROTOCOL_VERSION[0]}.{PROTOCOL_VERSION[1]} (major versions differ)"
+                f"speaks protocol {PROTOCOL_VERSION[0]}.{PROTOCOL_VERSION[1]} "
+                "(major versions differ)"
             )
         elif missing := missing_primitives(cls):
             problem = f"backend {name!r} lacks required methods: {', '.join(missing)}"
@@ -210,7 +228,8 @@ class Registry:
             close = difflib.get_close_matches(name, known, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
             raise UnknownBackendError(
-                f"[device] unknown backend {name!r}{hint} (registered: {', '.join(known) or 'none'})"
+                f"[device] unknown backend {name!r}{hint} "
+                f"(registered: {', '.join(known) or 'none'})"
             ) from None
 
     def instance(self, name: str, index: int = 0) -> Any:

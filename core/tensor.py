@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .errors import ShapeError
+from .errors import DTypeError, ShapeError
 
 if TYPE_CHECKING:
     from .device import Device
@@ -120,7 +120,7 @@ class Tensor:
     @property
     def is_contiguous(self) -> bool:
         expected = 1
-        for dim, stride in zip(reversed(self.shape), reversed(self.strides)):
+        for dim, stride in zip(reversed(self.shape), reversed(self.strides), strict=True):
             if dim != 1 and stride != expected:
                 return False
             expected *= dim
@@ -142,7 +142,9 @@ class Tensor:
 
     def item(self) -> float | int:
         if self.size != 1:
-            raise ShapeError(f"[item] only one-element tensors convert to a scalar; got {self.shape}")
+            raise ShapeError(
+                f"[item] only one-element tensors convert to a scalar; got {self.shape}"
+            )
         return self.numpy().reshape(()).item()
 
     def tolist(self) -> Any:
@@ -162,6 +164,12 @@ class Tensor:
         target = dev.backend
         if target is self.backend:
             return self
+        if self.dtype not in target.dtypes:
+            names = ", ".join(sorted(d.name for d in target.dtypes))
+            raise DTypeError(
+                f"[to] backend {target.name!r} does not support {self.dtype.name} "
+                f"(supports {names}); cast first, riftco never casts silently"
+            )
         return target.from_numpy(self.numpy())
 
     # -- views ----------------------------------------------------------------------------
@@ -210,7 +218,7 @@ class Tensor:
             raise ShapeError(f"[broadcast_to] cannot broadcast {self.shape} to lower rank {target}")
         lead = len(target) - self.ndim
         strides = [0] * lead
-        for dim, stride, want in zip(self.shape, self.strides, target[lead:]):
+        for dim, stride, want in zip(self.shape, self.strides, target[lead:], strict=True):
             if dim == want:
                 strides.append(stride)
             elif dim == 1:
@@ -223,7 +231,7 @@ class Tensor:
         return self._view(target, tuple(strides), self.offset)
 
     def expand_dims(self, axis: int) -> Tensor:
-        axis = axis % (self.ndim + 1)
+        axis = _normalize_axis(axis, self.ndim + 1, "expand_dims")
         shape = self.shape[:axis] + (1,) + self.shape[axis:]
         stride = self.strides[axis] * self.shape[axis] if axis < self.ndim else 1
         return self._view(shape, self.strides[:axis] + (stride,) + self.strides[axis:], self.offset)
@@ -262,9 +270,9 @@ class Tensor:
                     )
                 offset += (i % dim) * stride
             elif isinstance(item, slice):
-                start, stop, step = item.indices(dim)
-                if step <= 0:
+                if item.step is not None and item.step <= 0:  # before indices(): 0 raises
                     raise ShapeError(f"[getitem] slice step must be positive; got {item.step}")
+                start, stop, step = item.indices(dim)
                 count = max(0, (stop - start + step - 1) // step)
                 shape.append(count)
                 strides.append(stride * step)
@@ -324,7 +332,7 @@ def _parse_shape(shape: tuple[Any, ...]) -> tuple[int, ...]:
 
 def _infer_shape(new: tuple[int, ...], size: int, old: tuple[int, ...]) -> tuple[int, ...]:
     if new.count(-1) > 1:
-        raise ShapeError(f"[reshape] only one dimension can be -1; got {new}")
+        raise ShapeError(f"[reshape] only one dimension can be -1; got {new} for {old}")
     if -1 in new:
         known = math.prod(d for d in new if d != -1)
         if known == 0 or size % known:

@@ -244,7 +244,8 @@ def max(x: Tensor, axes: int | Sequence[int] | None = None, keepdims: bool = Fal
 
 
 def mean(x: Tensor, axes: int | Sequence[int] | None = None, keepdims: bool = False) -> Tensor:
-    ax = _axes("mean", _require_tensor("mean", x), axes)
+    _float("mean", _require_tensor("mean", x))
+    ax = _axes("mean", x, axes)
     count = math.prod(x.shape[a] for a in ax)
     return mul_scalar(sum(x, ax, keepdims), 1.0 / builtins.max(count, 1))
 
@@ -263,16 +264,18 @@ def sum_to_shape(x: Tensor, shape: Sequence[int]) -> Tensor:
     if x.shape == shape:
         return x
     lead = x.ndim - len(shape)
-    if lead < 0 or any(s not in (1, d) for s, d in zip(shape, x.shape[lead:])):
+    if lead < 0 or any(s not in (1, d) for s, d in zip(shape, x.shape[lead:], strict=True)):
         raise ShapeError(f"[sum_to_shape] cannot sum shape {x.shape} down to {shape}")
     axes = tuple(range(lead)) + tuple(
-        lead + i for i, (s, d) in enumerate(zip(shape, x.shape[lead:])) if s == 1 and d != 1
+        lead + i
+        for i, (s, d) in enumerate(zip(shape, x.shape[lead:], strict=True))
+        if s == 1 and d != 1
     )
     out = sum(x, axes, keepdims=True) if axes else x
     return out.reshape(shape) if out.shape != shape else out
 
 
-# -- linear algebra and layout -----------------------------------------------------------------------
+# -- linear algebra and layout ---------------------------------------------------------------
 def matmul(a: Tensor, b: Tensor, transpose_a: bool = False, transpose_b: bool = False) -> Tensor:
     _require_tensor("matmul", a)
     _require_tensor("matmul", b)
@@ -294,7 +297,12 @@ def matmul(a: Tensor, b: Tensor, transpose_a: bool = False, transpose_b: bool = 
             f"{b.shape}{'ᵀ' if transpose_b else ''} ({k_a} != {k_b})"
         )
     return _call(
-        "matmul", backend, _prep(backend, a), _prep(backend, b), bool(transpose_a), bool(transpose_b)
+        "matmul",
+        backend,
+        _prep(backend, a),
+        _prep(backend, b),
+        bool(transpose_a),
+        bool(transpose_b),
     )
 
 
@@ -352,7 +360,9 @@ def assign_(dst: Tensor, src: Tensor) -> Tensor:
     if not dst.is_dense or dst.storage.size != dst.size:
         raise ShapeError("[assign_] destination must be a dense tensor owning its whole storage")
     fresh = dst.backend.copy_strided(src)
-    dst.storage.buffer = fresh.storage.buffer
+    # Swap, not overwrite: ``fresh``'s storage then releases dst's old buffer when it dies,
+    # so a backend's release hook (byte count, buffer pool) never frees the live one.
+    dst.storage.buffer, fresh.storage.buffer = fresh.storage.buffer, dst.storage.buffer
     dst.bump_version()
     return dst
 

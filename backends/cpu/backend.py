@@ -13,7 +13,6 @@ from typing import Any, ClassVar
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
-
 from riftco.backend import BackendBase, DeviceInfo
 from riftco.tensor import Tensor, dense_strides
 
@@ -81,7 +80,8 @@ class CPUBackend(FusedOps, BackendBase):
             or (dtype is not None and arr.dtype != dtype)
             or not arr.flags.c_contiguous
         ):
-            arr = np.ascontiguousarray(np.asarray(arr, dtype=dtype))
+            # NOTE: not np.ascontiguousarray, which turns a 0-d result into shape (1,)
+            arr = np.asarray(arr, dtype=dtype, order="C")
         if not arr.flags.owndata:  # a view of some input: never alias another tensor's buffer
             arr = arr.copy()
         flat = arr.reshape(-1)

@@ -33,13 +33,13 @@ def erf(x: np.ndarray) -> np.ndarray:
 
 def gelu_math(x: np.ndarray, approximate: str) -> np.ndarray:
     if approximate == "tanh":
-        return 0.5 * x * (1.0 + np.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x**3)))
+        return 0.5 * x * (1.0 + np.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * (x * x * x))))
     return 0.5 * x * (1.0 + erf(x / math.sqrt(2.0)))
 
 
 def gelu_grad_math(x: np.ndarray, approximate: str) -> np.ndarray:
     if approximate == "tanh":
-        inner = _SQRT_2_OVER_PI * (x + 0.044715 * x**3)
+        inner = _SQRT_2_OVER_PI * (x + 0.044715 * (x * x * x))
         t = np.tanh(inner)
         dinner = _SQRT_2_OVER_PI * (1.0 + 3 * 0.044715 * x**2)
         return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * dinner
@@ -66,7 +66,8 @@ class FusedOps:
 
     def softmax(self, x: Tensor) -> Tensor:
         xv = _v(x)
-        with np.errstate(invalid="ignore"):
+        # x - max may overflow to -inf (|x| near the dtype's max): exp then gives the exact 0
+        with np.errstate(invalid="ignore", over="ignore"):
             e = np.exp(xv - np.max(xv, axis=-1, keepdims=True))
             return self.result(e / np.sum(e, axis=-1, keepdims=True), x.dtype)
 
@@ -116,7 +117,8 @@ class FusedOps:
     def cross_entropy(self, logits: Tensor, targets: Tensor) -> tuple[Tensor, Tensor]:
         lv, t = _v(logits), _v(targets)
         m = np.max(lv, axis=-1, keepdims=True)
-        lse = (m + np.log(np.sum(np.exp(lv - m), axis=-1, keepdims=True)))[:, 0]
+        with np.errstate(over="ignore"):  # lv - m -> -inf is fine: exp gives 0
+            lse = (m + np.log(np.sum(np.exp(lv - m), axis=-1, keepdims=True)))[:, 0]
         picked = lv[np.arange(lv.shape[0]), np.where(t < 0, 0, t)]
         loss = np.where(t < 0, 0.0, lse - picked)
         return self.result(loss, logits.dtype), self.result(lse, logits.dtype)

@@ -28,8 +28,10 @@ class CharTokenizer:
             raise DataError("[tokenizer] the vocabulary is empty")
         if any(len(c) != 1 for c in self.chars) or len(set(self.chars)) != len(self.chars):
             raise DataError("[tokenizer] the vocabulary must be distinct single characters")
-        self._ids = {c: i for i, c in enumerate(self.chars)}
         self._table = np.array(self.chars, dtype=object)
+        codes = np.array([ord(c) for c in self.chars], dtype=np.uint32)
+        self._order = np.argsort(codes)
+        self._sorted_codes = codes[self._order]
 
     @classmethod
     def from_text(cls, text: str) -> CharTokenizer:
@@ -41,14 +43,17 @@ class CharTokenizer:
 
     def encode(self, text: str) -> np.ndarray:
         """Ids as int32 (the index dtype every backend supports)."""
-        try:
-            return np.fromiter((self._ids[c] for c in text), dtype=np.int32, count=len(text))
-        except KeyError as exc:
-            ch = exc.args[0]
+        codes = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)  # one code per char
+        pos = np.searchsorted(self._sorted_codes, codes)
+        pos = np.minimum(pos, len(self._sorted_codes) - 1)
+        bad = np.flatnonzero(self._sorted_codes[pos] != codes)
+        if bad.size:
+            ch = text[bad[0]]
             raise DataError(
                 f"[tokenizer] character {ch!r} (U+{ord(ch):04X}) is not in the vocabulary of "
                 f"{self.vocab_size} characters this model was trained on"
-            ) from None
+            )
+        return self._order[pos].astype(np.int32)
 
     def decode(self, ids: Iterable[int] | np.ndarray) -> str:
         arr = np.asarray(ids, dtype=np.int64).reshape(-1)

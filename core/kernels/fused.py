@@ -1,0 +1,306 @@
+"""Fused operations of every kernel backend: host-side launch plans over ``shaders/``.
+
+``FusedKernels`` is a mixin for the kernel host layer (``KernelBackend``): it needs only
+``self.empty(shape, dtype)``, ``self.fill(tensor, value)`` and ``self.launch(...)``.
+Defining a method here makes that fused op native on every kernel backend (OpenCL, Metal,
+and any runtime added later). Every launch is asynchronous: no method reads a result back.
+
+Thread counts never assume a group size. Row-wise kernels loop over rows by threadgroup,
+so any count works; the counts below only aim to give each row (or tile block) a few
+hundred threads whatever group size the runtime picks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..errors import ShapeError
+
+if TYPE_CHECKING:
+    from ..tensor import Tensor
+
+#: Largest head dim the flash kernels' threadgroup tiles hold (shaders/flash_attention.cl).
+FLASH_MAX_HEAD_DIM = 128
+#: Query rows per flash block (float; double uses half): mirrors FA_BQ / FB_BR in the shader.
+_FLASH_ROWS = 16
+#: Cap on the threads asked for by grid-stride kernels; they loop over the rest.
+_MAX_THREADS = 1 << 21
+#: Rows per chunk in the first stage of LayerNorm's dgamma/dbeta reduction.
+_LN_CHUNK_ROWS = 64
+
+_GELU_FORMS = {"tanh": 0, "none": 1}
+
+
+def _prod(shape: Sequence[int]) -> int:
+    n = 1
+    for s in shape:
+        n *= int(s)
+    return n
+
+
+def _flat_threads(n: int) -> int:
+    return max(1, min(n, _MAX_THREADS))
+
+
+def _row_threads(rows: int, cols: int) -> int:
+    """Threads for a one-group-per-row kernel: enough groups for the rows at any group size."""
+    per_row = 32 if cols <= 128 else (128 if cols <= 2048 else 512)
+    return max(1, min(rows * per_row, _MAX_THREADS))
+
+
+class FusedKernels:
+    """Native fused ops for kernel backends (see ``core/backend.py`` for the semantics)."""
+
+    empty: Any
+    fill: Any
+    launch: Any
+
+    # -- GELU ----------------------------------------------------------------------------
+    def gelu(self, x: Tensor, approximate: str) -> Tensor:
+        y = self.empty(x.shape, x.dtype)
+        n = x.size
+        if n:
+            form = _GELU_FORMS[approximate]
+            self.launch("gelu", "gelu_forward", x.dtype, _flat_threads(n), y, x, ints=(n, form))
+        return y
+
+    def gelu_backward(self, dy: Tensor, x: Tensor, approximate: str) -> Tensor:
+        dx = self.empty(x.shape, x.dtype)
+        n = x.size
+        if n:
+            form = _GELU_FORMS[approximate]
+            threads = _flat_threads(n)
+            self.launch("gelu", "gelu_backward", x.dtype, threads, dx, dy, x, ints=(n, form))
+        return dx
+
+    # -- softmax -------------------------------------------------------------------------
+    def softmax(self, x: Tensor) -> Tensor:
+        y = self.empty(x.shape, x.dtype)
+        cols = x.shape[-1]
+        rows = x.size // cols if cols else 0
+        if x.size:
+            threads = _row_threads(rows, cols)
+            self.launch("softmax", "softmax_forward", x.dtype, threads, y, x, ints=(rows, cols))
+        return y
+
+    def softmax_backward(self, dy: Tensor, y: Tensor) -> Tensor:
+        dx = self.empty(y.shape, y.dtype)
+        cols = y.shape[-1]
+        rows = y.size // cols if cols else 0
+        if y.size:
+            threads = _row_threads(rows, cols)
+            self.launch(
+                "softmax", "softmax_backward", y.dtype, threads, dx, dy, y, ints=(rows, cols)
+            )
+        return dx
+
+    # -- LayerNorm -----------------------------------------------------------------------
+    def layer_norm(
+        self, x: Tensor, gamma: Tensor, beta: Tensor, eps: float
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        c = x.shape[-1]
+        lead = tuple(x.shape[:-1])
+        rows = _prod(lead)
+        y = self.empty(x.shape, x.dtype)
+        mean = self.empty(lead, x.dtype)
+        rstd = self.empty(lead, x.dtype)
+        if x.size:
+            self.launch(
+                "layernorm", "layer_norm_forward", x.dtype, _row_threads(rows, c),
+                y, mean, rstd, x, gamma, beta, ints=(rows, c), floats=(eps,),
+            )  # fmt: skip
+        return y, mean, rstd
+
+    def layer_norm_backward(
+        self, dy: Tensor, x: Tensor, gamma: Tensor, mean: Tensor, rstd: Tensor
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        c = x.shape[-1]
+        rows = _prod(x.shape[:-1])
+        dt = x.dtype
+        dx = self.empty(x.shape, dt)
+        dgamma = self.empty((c,), dt)
+        dbeta = self.empty((c,), dt)
+        if c == 0:
+            return dx, dgamma, dbeta
+        if rows == 0:
+            self.fill(dgamma, 0.0)
+            self.fill(dbeta, 0.0)
+            return dx, dgamma, dbeta
+        ints = (rows, c)
+        self.launch(
+            "layernorm", "layer_norm_backward_dx", dt, _row_threads(rows, c),
+            dx, dy, x, gamma, mean, rstd, ints=ints,
+        )  # fmt: skip
+        # dgamma/dbeta without atomics: per-chunk column sums, then a sum over chunks.
+        chunks = -(-rows // _LN_CHUNK_ROWS)
+        partial = self.empty((chunks, 2, c), dt)
+        pints = (rows, c, _LN_CHUNK_ROWS, chunks)
+        self.launch(
+            "layernorm", "layer_norm_backward_partial", dt, _flat_threads(chunks * c),
+            partial, dy, x, mean, rstd, ints=pints,
+        )  # fmt: skip
+        self.launch(
+            "layernorm", "layer_norm_backward_params", dt, _flat_threads(c),
+            dgamma, dbeta, partial, ints=pints,
+        )  # fmt: skip
+        return dx, dgamma, dbeta
+
+    # -- embedding -----------------------------------------------------------------------
+    def embedding(self, table: Tensor, ids: Tensor) -> Tensor:
+        v, c = table.shape
+        n = ids.size
+        out = self.empty(tuple(ids.shape) + (c,), table.dtype)
+        if n and c:
+            self.launch(
+                "embedding", "embedding_forward", table.dtype, _flat_threads(n * c),
+                out, table, ids, ints=(n, c, v), index_dtype=ids.dtype,
+            )  # fmt: skip
+        return out
+
+    def embedding_backward(self, dy: Tensor, ids: Tensor, num_embeddings: int) -> Tensor:
+        c = dy.shape[-1]
+        n = ids.size
+        v = int(num_embeddings)
+        dtable = self.empty((v, c), dy.dtype)
+        if v * c == 0:
+            return dtable
+        if n == 0:
+            self.fill(dtable, 0.0)
+            return dtable
+        self.launch(
+            "embedding", "embedding_backward", dy.dtype, _flat_threads(v * c),
+            dtable, dy, ids, ints=(n, c, v), index_dtype=ids.dtype,
+        )  # fmt: skip
+        return dtable
+
+    # -- cross-entropy -------------------------------------------------------------------
+    def cross_entropy(self, logits: Tensor, targets: Tensor) -> tuple[Tensor, Tensor]:
+        n, v = logits.shape
+        loss = self.empty((n,), logits.dtype)
+        lse = self.empty((n,), logits.dtype)
+        if n and v:
+            self.launch(
+                "cross_entropy", "cross_entropy_forward", logits.dtype, _row_threads(n, v),
+                loss, lse, logits, targets, ints=(n, v), index_dtype=targets.dtype,
+            )  # fmt: skip
+        return loss, lse
+
+    def cross_entropy_backward(
+        self, dloss: Tensor, logits: Tensor, targets: Tensor, lse: Tensor
+    ) -> Tensor:
+        n, v = logits.shape
+        dlogits = self.empty((n, v), logits.dtype)
+        if n and v:
+            self.launch(
+                "cross_entropy", "cross_entropy_backward", logits.dtype, _flat_threads(n * v),
+                dlogits, dloss, logits, targets, lse, ints=(n, v), index_dtype=targets.dtype,
+            )  # fmt: skip
+        return dlogits
+
+    # -- materialised attention ------------------------------------------------------------
+    # The products go through the backend's own matmul; row kernels fuse what lies between.
+    matmul: Any
+
+    def attention(
+        self, q: Tensor, k: Tensor, v: Tensor, scale: float, causal: bool
+    ) -> tuple[Tensor, Tensor]:
+        b, h, t, d = q.shape
+        if q.size == 0:
+            return self.empty(q.shape, q.dtype), self.empty((b, h, t, t), q.dtype)
+        probs = self.matmul(q, k, False, True)  # q k^T, scaled and masked in place below
+        rows = b * h * t
+        self.launch(
+            "attention", "attention_softmax", q.dtype, _row_threads(rows, t),
+            probs, ints=(rows, t, int(causal)), floats=(scale,),
+        )  # fmt: skip
+        return self.matmul(probs, v, False, False), probs
+
+    def attention_backward(
+        self, dout: Tensor, q: Tensor, k: Tensor, v: Tensor, probs: Tensor, scale: float
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        b, h, t, d = q.shape
+        if q.size == 0:
+            return tuple(self.empty(q.shape, q.dtype) for _ in range(3))  # type: ignore[return-value]
+        dv = self.matmul(probs, dout, True, False)  # P^T dO
+        ds = self.matmul(dout, v, False, True)  # dP = dO V^T, turned into scale * dS in place
+        rows = b * h * t
+        self.launch(
+            "attention", "attention_backward_ds", q.dtype, _row_threads(rows, t),
+            ds, probs, ints=(rows, t), floats=(scale,),
+        )  # fmt: skip
+        dq = self.matmul(ds, k, False, False)
+        dk = self.matmul(ds, q, True, False)
+        return dq, dk, dv
+
+    # -- flash attention -----------------------------------------------------------------
+    def _flash_check(self, op: str, q: Tensor) -> None:
+        d = q.shape[-1]
+        if d > FLASH_MAX_HEAD_DIM:
+            raise ShapeError(
+                f"[{op}] head dim D={d} (q shape {tuple(q.shape)}) exceeds the flash kernels' "
+                f"limit of {FLASH_MAX_HEAD_DIM}; use attention(..., mode='materialized') or "
+                f"split heads so that D <= {FLASH_MAX_HEAD_DIM}"
+            )
+
+    def _flash_threads(self, bh: int, t: int) -> int:
+        blocks = bh * -(-t // _FLASH_ROWS)
+        return max(1, min(blocks * 256, _MAX_THREADS))
+
+    def flash_attention(
+        self, q: Tensor, k: Tensor, v: Tensor, scale: float, causal: bool
+    ) -> tuple[Tensor, Tensor]:
+        self._flash_check("flash_attention", q)
+        b, h, t, d = q.shape
+        dt = q.dtype
+        out = self.empty(q.shape, dt)
+        lse = self.empty((b, h, t), dt)
+        if q.size == 0:
+            return out, lse
+        bh = b * h
+        # Float tiles hold 16 query rows; double tiles 8 (more, smaller blocks: same math).
+        threads = self._flash_threads(bh, t) * (2 if dt == np.float64 else 1)
+        self.launch(
+            "flash_attention", "flash_forward", dt, min(threads, _MAX_THREADS),
+            out, lse, q, k, v, ints=(bh, t, d, int(causal)), floats=(scale,),
+        )  # fmt: skip
+        return out, lse
+
+    def flash_attention_backward(
+        self,
+        dout: Tensor,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        out: Tensor,
+        lse: Tensor,
+        scale: float,
+        causal: bool,
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        self._flash_check("flash_attention_backward", q)
+        b, h, t, d = q.shape
+        dt = q.dtype
+        dq = self.empty(q.shape, dt)
+        dk = self.empty(q.shape, dt)
+        dv = self.empty(q.shape, dt)
+        if q.size == 0:
+            return dq, dk, dv
+        bh = b * h
+        ints = (bh, t, d, int(causal))
+        drow = self.empty((b, h, t), dt)  # rowsum(dO * O): [B, H, T], never [T, T]
+        self.launch(
+            "flash_attention", "flash_backward_rowdot", dt, _flat_threads(bh * t),
+            drow, dout, out, ints=ints,
+        )  # fmt: skip
+        threads = min(self._flash_threads(bh, t) * (2 if dt == np.float64 else 1), _MAX_THREADS)
+        self.launch(
+            "flash_attention", "flash_backward_dkdv", dt, threads,
+            dk, dv, q, k, v, dout, lse, drow, ints=ints, floats=(scale,),
+        )  # fmt: skip
+        self.launch(
+            "flash_attention", "flash_backward_dq", dt, threads,
+            dq, q, k, v, dout, lse, drow, ints=ints, floats=(scale,),
+        )  # fmt: skip
+        return dq, dk, dv

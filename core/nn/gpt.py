@@ -1,0 +1,142 @@
+"""A GPT-2-style decoder: token + position embeddings, pre-LN blocks, final LN, linear head.
+
+Activations flow as rows ``(B*T, C)`` so every Linear is one plain 2-D matmul; only
+attention sees ``(B, nh, T, hs)``. With ``checkpointing="block"`` each block keeps just its
+input and recomputes its inside during backward (autograd's ``checkpoint`` primitive),
+trading one extra block forward for the activation memory of every block.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from .. import creation
+from ..autograd import Variable, checkpoint, cross_entropy
+from ..device import Device
+from ..device import device as as_device
+from ..errors import ShapeError
+from ..tensor import Tensor
+from .attention import ATTENTION_MODES, CausalSelfAttention
+from .layers import MLP, Embedding, LayerNorm, Linear
+from .module import Module
+
+CHECKPOINTING_MODES = ("none", "block")
+
+
+@dataclass
+class GPTConfig:
+    vocab: int = 65
+    context: int = 64
+    layers: int = 4
+    heads: int = 4
+    width: int = 128
+    attention: str = "materialized"  # or "flash"
+    checkpointing: str = "none"  # or "block"
+
+    def __post_init__(self) -> None:
+        for name in ("vocab", "context", "layers", "heads", "width"):
+            if int(getattr(self, name)) < 1:
+                raise ShapeError(f"[GPTConfig] {name} must be positive; got {getattr(self, name)}")
+        if self.width % self.heads:
+            raise ShapeError(
+                f"[GPTConfig] width {self.width} must be divisible by heads {self.heads}"
+            )
+        if self.attention not in ATTENTION_MODES:
+            raise ValueError(
+                f"[GPTConfig] attention must be one of {ATTENTION_MODES}; got {self.attention!r}"
+            )
+        if self.checkpointing not in CHECKPOINTING_MODES:
+            raise ValueError(
+                f"[GPTConfig] checkpointing must be one of {CHECKPOINTING_MODES}; "
+                f"got {self.checkpointing!r}"
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class Block(Module):
+    """Pre-LN residual block: ``x + attn(ln1(x))``, then ``x + mlp(ln2(x))``."""
+
+    def __init__(self, cfg: GPTConfig, *, rng: np.random.Generator, **kw: Any) -> None:
+        # GPT-2: residual projections start smaller so the sum over 2*layers branches
+        # keeps the residual stream's variance roughly constant with depth.
+        proj_std = 0.02 / math.sqrt(2 * cfg.layers)
+        self.ln1 = LayerNorm(cfg.width, **kw)
+        self.attn = CausalSelfAttention(
+            cfg.width, cfg.heads, mode=cfg.attention, proj_std=proj_std, rng=rng, **kw
+        )
+        self.ln2 = LayerNorm(cfg.width, **kw)
+        self.mlp = MLP(cfg.width, proj_std=proj_std, rng=rng, **kw)
+
+    def forward(self, x: Variable, B: int, T: int) -> Variable:  # noqa: N803 - x (B*T, C)
+        x = x + self.attn(self.ln1(x), B, T)
+        return x + self.mlp(self.ln2(x))
+
+
+class GPT(Module):
+    def __init__(
+        self,
+        config: GPTConfig,
+        device: str | Device | None = None,
+        dtype: np.dtype | type = np.float32,
+        seed: int = 0,
+    ) -> None:
+        self.config = config
+        self.device = as_device(device)
+        self.params_dtype = np.dtype(dtype)
+        rng = np.random.default_rng(seed)
+        kw: dict[str, Any] = {"device": self.device, "dtype": np.dtype(dtype)}
+        self.wte = Embedding(config.vocab, config.width, rng=rng, **kw)
+        self.wpe = Embedding(config.context, config.width, rng=rng, **kw)
+        self.blocks = [Block(config, rng=rng, **kw) for _ in range(config.layers)]
+        self.ln_f = LayerNorm(config.width, **kw)
+        self.head = Linear(config.width, config.vocab, bias=False, rng=rng, **kw)
+        self._positions: dict[int, Tensor] = {}
+
+    def to(self, device: str | Device) -> GPT:
+        super().to(device)
+        self.device = as_device(device)
+        self._positions.clear()
+        return self
+
+    def _hidden(self, idx: Tensor) -> Variable:
+        """Residual stream after the last block, ``(B*T, C)``."""
+        if idx.ndim != 2:
+            raise ShapeError(f"[GPT] token ids must be (B, T); got shape {idx.shape}")
+        B, T = idx.shape  # noqa: N806
+        C = self.config.width  # noqa: N806
+        if T > self.config.context:
+            raise ShapeError(
+                f"[GPT] cannot forward a sequence of length {T}; the context is only "
+                f"{self.config.context}"
+            )
+        pos = self._positions.get(T)
+        if pos is None:
+            pos = self._positions[T] = creation.arange(T, dtype=np.int32, device=self.device)
+        tok = self.wte(idx)  # (B, T, C)
+        x = (tok + self.wpe(pos).broadcast_to((B, T, C))).reshape(B * T, C)  # (B*T, C)
+        for block in self.blocks:
+            if self.config.checkpointing == "block":
+                x = checkpoint(lambda h, blk=block: blk(h, B, T), [x], block.parameters())
+            else:
+                x = block(x, B, T)
+        return x
+
+    def forward(self, idx: Tensor) -> Variable:
+        """Logits ``(B*T, V)`` for every position of ``idx`` ``(B, T)``."""
+        return self.head(self.ln_f(self._hidden(idx)))
+
+    def loss(self, idx: Tensor, targets: Tensor) -> Variable:
+        """Mean cross-entropy over targets ``(B, T)``; targets of -1 are ignored."""
+        return cross_entropy(self(idx), targets.reshape(-1))
+
+    def last_logits(self, idx: Tensor) -> Variable:
+        """Logits ``(B, V)`` of the last position only (generation needs nothing else)."""
+        B, T = idx.shape  # noqa: N806
+        h = self._hidden(idx).reshape(B, T, self.config.width)[:, T - 1, :]  # (B, C)
+        return self.head(self.ln_f(h))

@@ -1,0 +1,91 @@
+"""Linear, LayerNorm, Embedding, MLP: the small layers a GPT block is made of.
+
+Initial values are drawn on the host from a caller-owned numpy Generator and uploaded
+once, so a model built with the same seed is identical on every backend.
+Linear weights are stored ``(in, out)``: the forward pass is ``x @ W`` with no transpose.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..autograd import Variable, embedding, layer_norm
+from ..device import Device
+from .module import Module, parameter
+
+
+class Linear(Module):
+    """``y = x @ W + b`` on rows ``x`` of shape ``(N, in)``."""
+
+    def __init__(
+        self,
+        fan_in: int,
+        fan_out: int,
+        bias: bool = True,
+        *,
+        std: float = 0.02,
+        rng: np.random.Generator,
+        device: str | Device | None = None,
+        dtype: np.dtype | type = np.float32,
+    ) -> None:
+        self.weight = parameter(rng.normal(0.0, std, (fan_in, fan_out)).astype(dtype), device)
+        self.bias = parameter(np.zeros(fan_out, dtype), device) if bias else None
+
+    def forward(self, x: Variable) -> Variable:
+        y = x @ self.weight  # (N, out)
+        if self.bias is not None:
+            y = y + self.bias.broadcast_to(y.shape)
+        return y
+
+
+class LayerNorm(Module):
+    def __init__(
+        self,
+        width: int,
+        eps: float = 1e-5,
+        *,
+        device: str | Device | None = None,
+        dtype: np.dtype | type = np.float32,
+    ) -> None:
+        self.eps = eps
+        self.weight = parameter(np.ones(width, dtype), device)
+        self.bias = parameter(np.zeros(width, dtype), device)
+
+    def forward(self, x: Variable) -> Variable:
+        return layer_norm(x, self.weight, self.bias, self.eps)
+
+
+class Embedding(Module):
+    def __init__(
+        self,
+        num: int,
+        width: int,
+        *,
+        std: float = 0.02,
+        rng: np.random.Generator,
+        device: str | Device | None = None,
+        dtype: np.dtype | type = np.float32,
+    ) -> None:
+        self.weight = parameter(rng.normal(0.0, std, (num, width)).astype(dtype), device)
+
+    def forward(self, ids):  # ids: Tensor (...,) int -> Variable (..., width)
+        return embedding(self.weight, ids)
+
+
+class MLP(Module):
+    """Width -> 4 x width -> GELU (tanh form, as GPT-2) -> width."""
+
+    def __init__(
+        self,
+        width: int,
+        *,
+        proj_std: float,
+        rng: np.random.Generator,
+        device: str | Device | None = None,
+        dtype: np.dtype | type = np.float32,
+    ) -> None:
+        self.fc = Linear(width, 4 * width, rng=rng, device=device, dtype=dtype)
+        self.proj = Linear(4 * width, width, std=proj_std, rng=rng, device=device, dtype=dtype)
+
+    def forward(self, x: Variable) -> Variable:  # x (N, C)
+        return self.proj(self.fc(x).gelu(approximate="tanh"))  # (N, 4C) -> (N, C)

@@ -1,0 +1,65 @@
+"""``riftco backends [--json]`` and the top-level command dispatch."""
+
+from __future__ import annotations
+
+import json
+
+from helpers import plugin_for
+from riftco.backend import FUSED_OPS
+from riftco.backends.cpu.backend import CPUBackend
+from riftco.cli import main
+
+
+class Unplugged(CPUBackend):
+    name = "unplugged"
+    priority = 9
+
+    @classmethod
+    def is_available(cls):
+        return False, "cable not connected"
+
+
+def test_backends_text_lists_cpu_available(registry, capsys):
+    assert main(["backends"]) == 0
+    out = capsys.readouterr().out
+    assert "cpu  [available]" in out
+    assert "device cpu:0  host CPU (numpy)  dtypes: float32, float64, int32, int64" in out
+    assert "protocol 1.0" in out and "distribution riftco" in out
+    native_line = next(line for line in out.splitlines() if "fused native:" in line)
+    assert all(op in native_line for op in FUSED_OPS)
+
+
+def test_backends_json_lists_cpu_with_capabilities(registry, capsys):
+    assert main(["backends", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    rows = {row["name"]: row for row in data["backends"]}
+    cpu = rows["cpu"]
+    assert cpu["available"] is True and cpu["reason"] == ""
+    assert cpu["protocol_version"] == [1, 0] and cpu["distribution"] == "riftco"
+    assert cpu["capabilities"]["dtypes"] == ["float32", "float64", "int32", "int64"]
+    assert cpu["capabilities"]["fused"] == {op: "native" for op in FUSED_OPS}
+    assert cpu["capabilities"]["accepts_strided"] is True
+    assert cpu["devices"][0]["index"] == 0 and "float64" in cpu["devices"][0]["dtypes"]
+    assert isinstance(data["failed_plugins"], dict)
+
+
+def test_backends_lists_unavailable_with_reason_and_priority_order(registry, capsys):
+    registry.register(plugin_for(Unplugged), name="unplugged-plugin")
+    main(["backends", "--json"])
+    data = json.loads(capsys.readouterr().out)
+    names = [row["name"] for row in data["backends"]]
+    assert names.index("unplugged") < names.index("cpu")  # priority 9 before 0
+    row = next(r for r in data["backends"] if r["name"] == "unplugged")
+    assert row["available"] is False and row["reason"] == "cable not connected"
+    assert row["devices"] == []
+    main(["backends"])
+    assert "unplugged  [unavailable: cable not connected]" in capsys.readouterr().out
+
+
+def test_help_and_unknown_command(capsys):
+    assert main([]) == 0
+    assert "backends" in capsys.readouterr().out
+    assert main(["--help"]) == 0
+    assert main(["frobnicate"]) == 2
+    captured = capsys.readouterr()
+    assert "unknown command 'frobnicate'" in captured.err and "usage: riftco" in captured.out
