@@ -4,9 +4,13 @@
  * its branch from the compilers' predefined macros, so each runtime (and the MSL syntax
  * check run with g++ -D__METAL_VERSION__) compiles the very same source string.
  *
- * The host prepends, before this file:
+ * The host appends, right after this file (after metal_stdlib, whose templates use T as a
+ * parameter name) and before the family body:
  *   #define T <float|double>     the element type of the program
  *   #define IDX <int|long>       the index type (embedding ids, targets)
+ * and, before this file, RIFTCO_FP64 when the program uses double.
+ * Helper functions cannot read LID / GROUP_SIZE on Metal (those are kernel parameters):
+ * pass them in as arguments.
  *
  * Kernel shape (both runtimes):
  *   KERNEL void name(GLOBAL T* out ARG(0), GLOBAL const T* x ARG(1),

@@ -28,6 +28,8 @@ FLASH_MAX_HEAD_DIM = 128
 _FLASH_ROWS = 16
 #: Cap on the threads asked for by grid-stride kernels; they loop over the rest.
 _MAX_THREADS = 1 << 21
+#: Rows at least this long are reduced by a whole threadgroup, shorter ones by a team.
+_WHOLE_GROUP_COLS = 1024
 #: Rows per chunk in the first stage of LayerNorm's dgamma/dbeta reduction.
 _LN_CHUNK_ROWS = 64
 
@@ -45,10 +47,18 @@ def _flat_threads(n: int) -> int:
     return max(1, min(n, _MAX_THREADS))
 
 
-def _row_threads(rows: int, cols: int) -> int:
-    """Threads for a one-group-per-row kernel: enough groups for the rows at any group size."""
-    per_row = 32 if cols <= 128 else (128 if cols <= 2048 else 512)
-    return max(1, min(rows * per_row, _MAX_THREADS))
+def _row_plan(rows: int, cols: int) -> tuple[int, int]:
+    """``(threads, team width)`` for a row-wise kernel.
+
+    Short rows get a team of a power of two <= 32 threads (a SIMD-group or less: teams tile
+    any group size Metal picks, and a group serves many rows per barrier); long rows get
+    the whole group (the kernel clamps the width to the group size)."""
+    if cols >= _WHOLE_GROUP_COLS:
+        return max(1, min(rows * 256, _MAX_THREADS)), 1 << 30
+    width = 1
+    while width < 32 and width * 4 < cols:
+        width *= 2
+    return max(1, min(rows * width, _MAX_THREADS)), width
 
 
 class FusedKernels:
@@ -82,8 +92,9 @@ class FusedKernels:
         cols = x.shape[-1]
         rows = x.size // cols if cols else 0
         if x.size:
-            threads = _row_threads(rows, cols)
-            self.launch("softmax", "softmax_forward", x.dtype, threads, y, x, ints=(rows, cols))
+            threads, width = _row_plan(rows, cols)
+            ints = (rows, cols, width)
+            self.launch("softmax", "softmax_forward", x.dtype, threads, y, x, ints=ints)
         return y
 
     def softmax_backward(self, dy: Tensor, y: Tensor) -> Tensor:
@@ -91,10 +102,9 @@ class FusedKernels:
         cols = y.shape[-1]
         rows = y.size // cols if cols else 0
         if y.size:
-            threads = _row_threads(rows, cols)
-            self.launch(
-                "softmax", "softmax_backward", y.dtype, threads, dx, dy, y, ints=(rows, cols)
-            )
+            threads, width = _row_plan(rows, cols)
+            ints = (rows, cols, width)
+            self.launch("softmax", "softmax_backward", y.dtype, threads, dx, dy, y, ints=ints)
         return dx
 
     # -- LayerNorm -----------------------------------------------------------------------
@@ -108,9 +118,10 @@ class FusedKernels:
         mean = self.empty(lead, x.dtype)
         rstd = self.empty(lead, x.dtype)
         if x.size:
+            threads, width = _row_plan(rows, c)
             self.launch(
-                "layernorm", "layer_norm_forward", x.dtype, _row_threads(rows, c),
-                y, mean, rstd, x, gamma, beta, ints=(rows, c), floats=(eps,),
+                "layernorm", "layer_norm_forward", x.dtype, threads,
+                y, mean, rstd, x, gamma, beta, ints=(rows, c, width), floats=(eps,),
             )  # fmt: skip
         return y, mean, rstd
 
@@ -129,10 +140,10 @@ class FusedKernels:
             self.fill(dgamma, 0.0)
             self.fill(dbeta, 0.0)
             return dx, dgamma, dbeta
-        ints = (rows, c)
+        threads, width = _row_plan(rows, c)
         self.launch(
-            "layernorm", "layer_norm_backward_dx", dt, _row_threads(rows, c),
-            dx, dy, x, gamma, mean, rstd, ints=ints,
+            "layernorm", "layer_norm_backward_dx", dt, threads,
+            dx, dy, x, gamma, mean, rstd, ints=(rows, c, width),
         )  # fmt: skip
         # dgamma/dbeta without atomics: per-chunk column sums, then a sum over chunks.
         chunks = -(-rows // _LN_CHUNK_ROWS)
@@ -182,9 +193,10 @@ class FusedKernels:
         loss = self.empty((n,), logits.dtype)
         lse = self.empty((n,), logits.dtype)
         if n and v:
+            threads, width = _row_plan(n, v)
             self.launch(
-                "cross_entropy", "cross_entropy_forward", logits.dtype, _row_threads(n, v),
-                loss, lse, logits, targets, ints=(n, v), index_dtype=targets.dtype,
+                "cross_entropy", "cross_entropy_forward", logits.dtype, threads,
+                loss, lse, logits, targets, ints=(n, v, width), index_dtype=targets.dtype,
             )  # fmt: skip
         return loss, lse
 
@@ -212,9 +224,10 @@ class FusedKernels:
             return self.empty(q.shape, q.dtype), self.empty((b, h, t, t), q.dtype)
         probs = self.matmul(q, k, False, True)  # q k^T, scaled and masked in place below
         rows = b * h * t
+        threads, width = _row_plan(rows, t)
         self.launch(
-            "attention", "attention_softmax", q.dtype, _row_threads(rows, t),
-            probs, ints=(rows, t, int(causal)), floats=(scale,),
+            "attention", "attention_softmax", q.dtype, threads,
+            probs, ints=(rows, t, width, int(causal)), floats=(scale,),
         )  # fmt: skip
         return self.matmul(probs, v, False, False), probs
 
@@ -227,9 +240,10 @@ class FusedKernels:
         dv = self.matmul(probs, dout, True, False)  # P^T dO
         ds = self.matmul(dout, v, False, True)  # dP = dO V^T, turned into scale * dS in place
         rows = b * h * t
+        threads, width = _row_plan(rows, t)
         self.launch(
-            "attention", "attention_backward_ds", q.dtype, _row_threads(rows, t),
-            ds, probs, ints=(rows, t), floats=(scale,),
+            "attention", "attention_backward_ds", q.dtype, threads,
+            ds, probs, ints=(rows, t, width), floats=(scale,),
         )  # fmt: skip
         dq = self.matmul(ds, k, False, False)
         dk = self.matmul(ds, q, True, False)

@@ -1,7 +1,7 @@
 """Kernel sources: one file per family in ``riftco.shaders``, assembled per dtype.
 
-Every runtime compiles the very same string: type defines, then ``prelude.h``, then the
-family file. The prelude picks the Metal or OpenCL branch from the compiler's predefined
+Every runtime compiles the very same string: ``prelude.h``, then the type defines, then
+the family file. The prelude picks the Metal or OpenCL branch from the compiler's predefined
 macros, so the Metal backend, its OpenCL stand-in and the MSL syntax check all see one
 text. The prelude is inlined rather than ``#include``d because metalcompute compiles a
 source string with no include path.
@@ -48,9 +48,13 @@ def program_source(
 ) -> str:
     """The complete source of ``family`` for element type ``dtype`` (and index type)."""
     dtype = np.dtype(dtype)
-    lines = [f"#define T {c_type(dtype)}", f"#define IDX {c_type(index_dtype or np.int32)}"]
+    head = []
     if dtype == np.float64 or "double" in (defines or {}).values():
-        lines.append("#define RIFTCO_FP64 1")
-    for key, value in (defines or {}).items():
-        lines.append(f"#define {key} {value}")
-    return "\n".join(lines) + "\n" + shader_text("prelude.h") + "\n" + shader_text(f"{family}.cl")
+        head.append("#define RIFTCO_FP64 1")
+    # NOTE: type macros come *after* the prelude: Apple's metal_stdlib (included by the
+    # prelude) uses T as a template parameter name, which a prior #define T would break.
+    types = [f"#define T {c_type(dtype)}", f"#define IDX {c_type(index_dtype or np.int32)}"]
+    types += [f"#define {key} {value}" for key, value in (defines or {}).items()]
+    return "\n".join(
+        [*head, shader_text("prelude.h"), *types, shader_text(f"{family}.cl")]
+    )

@@ -1,0 +1,311 @@
+/* Flash attention: tiles of K/V (or Q/dO) staged in threadgroup memory, an online softmax
+ * in the forward, probabilities rebuilt from the saved log-sum-exp in the backward. No
+ * [T, T] buffer exists anywhere; threadgroup memory stays under 26 KiB for both float and
+ * double (tiles shrink for double). Head dim D <= FA_DMAX (the host refuses larger D).
+ *
+ * Integer params P: [0] BH (batch * heads), [1] T, [2] D, [3] causal (0/1).
+ * Float params F: [0] scale.
+ * Every kernel walks its blocks grid-stride by threadgroup and splits each phase over the
+ * group's threads with flat strided loops, so any group size works; barriers sit outside
+ * every divergent branch.
+ */
+
+#define FA_DMAX 128
+/* forward: query rows per block and keys per tile */
+#define FA_BQ (sizeof(T) == 8 ? 8 : 16)
+#define FA_BK (sizeof(T) == 8 ? 8 : 16)
+/* backward: rows owned by a block and rows per streamed tile */
+#define FB_BR (sizeof(T) == 8 ? 8 : 16)
+#define FB_BC (sizeof(T) == 8 ? 4 : 8)
+
+KERNEL void flash_forward(GLOBAL T* out ARG(0), GLOBAL T* lse ARG(1), GLOBAL const T* q ARG(2),
+                          GLOBAL const T* k ARG(3), GLOBAL const T* v ARG(4),
+                          GLOBAL const int* P ARG(5), GLOBAL const T* F ARG(6) THREAD_ARGS) {
+    LOCAL T kt[FA_BK * FA_DMAX];
+    LOCAL T vt[FA_BK * FA_DMAX];
+    LOCAL T acc[FA_BQ * FA_DMAX];
+    LOCAL T sc[FA_BQ * FA_BK];
+    LOCAL T mrow[FA_BQ];
+    LOCAL T lrow[FA_BQ];
+    LOCAL T corr[FA_BQ];
+    int BH = P[0];
+    int Tn = P[1];
+    int D = P[2];
+    int causal = P[3];
+    T scale = F[0];
+    int BQ = FA_BQ;
+    int BK = FA_BK;
+    int nqb = (Tn + BQ - 1) / BQ;
+    for (int blk = GROUP_ID; blk < BH * nqb; blk += NUM_GROUPS) {
+        int bh = blk / nqb;
+        int q0 = (blk - bh * nqb) * BQ;
+        long base = (long)bh * Tn * D;
+        for (int e = LID; e < BQ * D; e += GROUP_SIZE) {
+            acc[e] = (T)0.0;
+        }
+        for (int r = LID; r < BQ; r += GROUP_SIZE) {
+            mrow[r] = -INFINITY_T;
+            lrow[r] = (T)0.0;
+        }
+        int q_end = q0 + BQ < Tn ? q0 + BQ : Tn;
+        int k_end = causal ? q_end : Tn;
+        for (int k0 = 0; k0 < k_end; k0 += BK) {
+            BARRIER();
+            for (int e = LID; e < BK * D; e += GROUP_SIZE) {
+                int c = e / D;
+                int d = e - c * D;
+                int j = k0 + c;
+                kt[e] = j < Tn ? k[base + (long)j * D + d] : (T)0.0;
+                vt[e] = j < Tn ? v[base + (long)j * D + d] : (T)0.0;
+            }
+            BARRIER();
+            for (int e = LID; e < BQ * BK; e += GROUP_SIZE) {
+                int r = e / BK;
+                int c = e - r * BK;
+                int i = q0 + r;
+                int j = k0 + c;
+                T s = -INFINITY_T;
+                if (i < Tn && j < Tn && !(causal && j > i)) {
+                    GLOBAL const T* qi = q + base + (long)i * D;
+                    T dot = (T)0.0;
+                    for (int d = 0; d < D; d++) {
+                        dot += qi[d] * kt[c * D + d];
+                    }
+                    s = dot * scale;
+                }
+                sc[e] = s;
+            }
+            BARRIER();
+            for (int r = LID; r < BQ; r += GROUP_SIZE) {
+                T m_old = mrow[r];
+                T m_new = m_old;
+                for (int c = 0; c < BK; c++) {
+                    m_new = fmax(m_new, sc[r * BK + c]);
+                }
+                T lsum = (T)0.0;
+                for (int c = 0; c < BK; c++) {
+                    T s = sc[r * BK + c];
+                    T p = s == -INFINITY_T ? (T)0.0 : exp(s - m_new);
+                    sc[r * BK + c] = p;
+                    lsum += p;
+                }
+                T cr = m_old == -INFINITY_T ? (T)0.0 : exp(m_old - m_new);
+                corr[r] = cr;
+                lrow[r] = lrow[r] * cr + lsum;
+                mrow[r] = m_new;
+            }
+            BARRIER();
+            for (int e = LID; e < BQ * D; e += GROUP_SIZE) {
+                int r = e / D;
+                int d = e - r * D;
+                T a = acc[e] * corr[r];
+                for (int c = 0; c < BK; c++) {
+                    a += sc[r * BK + c] * vt[c * D + d];
+                }
+                acc[e] = a;
+            }
+        }
+        BARRIER();
+        for (int e = LID; e < BQ * D; e += GROUP_SIZE) {
+            int r = e / D;
+            int d = e - r * D;
+            int i = q0 + r;
+            if (i < Tn) {
+                out[base + (long)i * D + d] = acc[e] / lrow[r];
+            }
+        }
+        for (int r = LID; r < BQ; r += GROUP_SIZE) {
+            int i = q0 + r;
+            if (i < Tn) {
+                lse[(long)bh * Tn + i] = mrow[r] + log(lrow[r]);
+            }
+        }
+        BARRIER();
+    }
+}
+
+/* drow[row] = sum_d dout[row, d] * out[row, d]; one thread per row. */
+KERNEL void flash_backward_rowdot(GLOBAL T* drow ARG(0), GLOBAL const T* dout ARG(1),
+                                  GLOBAL const T* out ARG(2), GLOBAL const int* P ARG(3)
+                                  THREAD_ARGS) {
+    int rows = P[0] * P[1];
+    int D = P[2];
+    for (int row = GID; row < rows; row += GLOBAL_SIZE) {
+        T acc = (T)0.0;
+        for (int d = 0; d < D; d++) {
+            acc += dout[(long)row * D + d] * out[(long)row * D + d];
+        }
+        drow[row] = acc;
+    }
+}
+
+/* dk, dv for a block of FB_BR keys, streaming query tiles of FB_BC rows. Each (key, d)
+ * element of dk/dv belongs to one block, so it accumulates in place without atomics. */
+KERNEL void flash_backward_dkdv(GLOBAL T* dk ARG(0), GLOBAL T* dv ARG(1), GLOBAL const T* q ARG(2),
+                                GLOBAL const T* k ARG(3), GLOBAL const T* v ARG(4),
+                                GLOBAL const T* dout ARG(5), GLOBAL const T* lse ARG(6),
+                                GLOBAL const T* drow ARG(7), GLOBAL const int* P ARG(8),
+                                GLOBAL const T* F ARG(9) THREAD_ARGS) {
+    LOCAL T kb[FB_BR * FA_DMAX];
+    LOCAL T vb[FB_BR * FA_DMAX];
+    LOCAL T qt[FB_BC * FA_DMAX];
+    LOCAL T dot_t[FB_BC * FA_DMAX];
+    LOCAL T pt[FB_BC * FB_BR];
+    LOCAL T dst[FB_BC * FB_BR];
+    int BH = P[0];
+    int Tn = P[1];
+    int D = P[2];
+    int causal = P[3];
+    T scale = F[0];
+    int BR = FB_BR;
+    int BC = FB_BC;
+    int nkb = (Tn + BR - 1) / BR;
+    for (int blk = GROUP_ID; blk < BH * nkb; blk += NUM_GROUPS) {
+        int bh = blk / nkb;
+        int k0 = (blk - bh * nkb) * BR;
+        long base = (long)bh * Tn * D;
+        long rbase = (long)bh * Tn;
+        for (int e = LID; e < BR * D; e += GROUP_SIZE) {
+            int c = e / D;
+            int d = e - c * D;
+            int j = k0 + c;
+            kb[e] = j < Tn ? k[base + (long)j * D + d] : (T)0.0;
+            vb[e] = j < Tn ? v[base + (long)j * D + d] : (T)0.0;
+            if (j < Tn) {
+                dk[base + (long)j * D + d] = (T)0.0;
+                dv[base + (long)j * D + d] = (T)0.0;
+            }
+        }
+        int i_start = causal ? (k0 / BC) * BC : 0;
+        for (int i0 = i_start; i0 < Tn; i0 += BC) {
+            BARRIER();
+            for (int e = LID; e < BC * D; e += GROUP_SIZE) {
+                int r = e / D;
+                int d = e - r * D;
+                int i = i0 + r;
+                qt[e] = i < Tn ? q[base + (long)i * D + d] : (T)0.0;
+                dot_t[e] = i < Tn ? dout[base + (long)i * D + d] : (T)0.0;
+            }
+            BARRIER();
+            for (int e = LID; e < BC * BR; e += GROUP_SIZE) {
+                int r = e / BR;
+                int c = e - r * BR;
+                int i = i0 + r;
+                int j = k0 + c;
+                T p = (T)0.0;
+                T ds = (T)0.0;
+                if (i < Tn && j < Tn && !(causal && j > i)) {
+                    T s = (T)0.0;
+                    T dp = (T)0.0;
+                    for (int d = 0; d < D; d++) {
+                        s += qt[r * D + d] * kb[c * D + d];
+                        dp += dot_t[r * D + d] * vb[c * D + d];
+                    }
+                    p = exp(s * scale - lse[rbase + i]);
+                    ds = p * (dp - drow[rbase + i]);
+                }
+                pt[e] = p;
+                dst[e] = ds;
+            }
+            BARRIER();
+            for (int e = LID; e < BR * D; e += GROUP_SIZE) {
+                int c = e / D;
+                int d = e - c * D;
+                int j = k0 + c;
+                if (j < Tn) {
+                    T sdv = (T)0.0;
+                    T sdk = (T)0.0;
+                    for (int r = 0; r < BC; r++) {
+                        sdv += pt[r * BR + c] * dot_t[r * D + d];
+                        sdk += dst[r * BR + c] * qt[r * D + d];
+                    }
+                    dv[base + (long)j * D + d] += sdv;
+                    dk[base + (long)j * D + d] += scale * sdk;
+                }
+            }
+        }
+        BARRIER();
+    }
+}
+
+/* dq for a block of FB_BR query rows, streaming key tiles of FB_BC rows. */
+KERNEL void flash_backward_dq(GLOBAL T* dq ARG(0), GLOBAL const T* q ARG(1),
+                              GLOBAL const T* k ARG(2), GLOBAL const T* v ARG(3),
+                              GLOBAL const T* dout ARG(4), GLOBAL const T* lse ARG(5),
+                              GLOBAL const T* drow ARG(6), GLOBAL const int* P ARG(7),
+                              GLOBAL const T* F ARG(8) THREAD_ARGS) {
+    LOCAL T qb[FB_BR * FA_DMAX];
+    LOCAL T dob[FB_BR * FA_DMAX];
+    LOCAL T kt[FB_BC * FA_DMAX];
+    LOCAL T vt[FB_BC * FA_DMAX];
+    LOCAL T dst[FB_BR * FB_BC];
+    int BH = P[0];
+    int Tn = P[1];
+    int D = P[2];
+    int causal = P[3];
+    T scale = F[0];
+    int BR = FB_BR;
+    int BC = FB_BC;
+    int nqb = (Tn + BR - 1) / BR;
+    for (int blk = GROUP_ID; blk < BH * nqb; blk += NUM_GROUPS) {
+        int bh = blk / nqb;
+        int q0 = (blk - bh * nqb) * BR;
+        long base = (long)bh * Tn * D;
+        long rbase = (long)bh * Tn;
+        for (int e = LID; e < BR * D; e += GROUP_SIZE) {
+            int r = e / D;
+            int d = e - r * D;
+            int i = q0 + r;
+            qb[e] = i < Tn ? q[base + (long)i * D + d] : (T)0.0;
+            dob[e] = i < Tn ? dout[base + (long)i * D + d] : (T)0.0;
+            if (i < Tn) {
+                dq[base + (long)i * D + d] = (T)0.0;
+            }
+        }
+        int q_end = q0 + BR < Tn ? q0 + BR : Tn;
+        int k_end = causal ? q_end : Tn;
+        for (int k0 = 0; k0 < k_end; k0 += BC) {
+            BARRIER();
+            for (int e = LID; e < BC * D; e += GROUP_SIZE) {
+                int c = e / D;
+                int d = e - c * D;
+                int j = k0 + c;
+                kt[e] = j < Tn ? k[base + (long)j * D + d] : (T)0.0;
+                vt[e] = j < Tn ? v[base + (long)j * D + d] : (T)0.0;
+            }
+            BARRIER();
+            for (int e = LID; e < BR * BC; e += GROUP_SIZE) {
+                int r = e / BC;
+                int c = e - r * BC;
+                int i = q0 + r;
+                int j = k0 + c;
+                T ds = (T)0.0;
+                if (i < Tn && j < Tn && !(causal && j > i)) {
+                    T s = (T)0.0;
+                    T dp = (T)0.0;
+                    for (int d = 0; d < D; d++) {
+                        s += qb[r * D + d] * kt[c * D + d];
+                        dp += dob[r * D + d] * vt[c * D + d];
+                    }
+                    T p = exp(s * scale - lse[rbase + i]);
+                    ds = p * (dp - drow[rbase + i]);
+                }
+                dst[e] = ds;
+            }
+            BARRIER();
+            for (int e = LID; e < BR * D; e += GROUP_SIZE) {
+                int r = e / D;
+                int d = e - r * D;
+                int i = q0 + r;
+                if (i < Tn) {
+                    T acc = (T)0.0;
+                    for (int c = 0; c < BC; c++) {
+                        acc += dst[r * BC + c] * kt[c * D + d];
+                    }
+                    dq[base + (long)i * D + d] += scale * acc;
+                }
+            }
+        }
+        BARRIER();
+    }
+}

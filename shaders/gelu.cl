@@ -1,0 +1,94 @@
+/* GELU forward and backward, both forms, elementwise with a grid-stride loop.
+ *
+ * Integer params P: [0] n elements, [1] form (0 = "tanh", 1 = "none" / exact erf).
+ * Metal has no erf, so the exact form carries its own standard normal CDF: a series with
+ * only positive terms for |z| < 2 (no cancellation) and a continued fraction for the
+ * tail (so tiny CDF values keep their relative accuracy). Both are good to ~1e-15 in
+ * double and to rounding in float.
+ */
+
+#define GELU_SQRT_2_OVER_PI ((T)0.79788456080286535588)
+#define GELU_INV_SQRT_2 ((T)0.70710678118654752440)
+#define GELU_INV_SQRT_PI ((T)0.56418958354775628695)
+#define GELU_INV_SQRT_2PI ((T)0.39894228040143267794)
+/* Series cut-off and continued-fraction depth: enough for the element type, no more. */
+#define GELU_SERIES_TOL ((T)(sizeof(T) == 8 ? 1e-17 : 1e-8))
+#define GELU_CF_DEPTH (sizeof(T) == 8 ? 60 : 24)
+
+/* Phi(x) = 0.5 * (1 + erf(x / sqrt 2)), the standard normal CDF. */
+INLINE T gelu_normal_cdf(T x) {
+    T z = fabs(x) * GELU_INV_SQRT_2;
+    T ez = exp(-z * z);
+    if (z < (T)2.0) {
+        /* erf(z) = 2/sqrt(pi) e^{-z^2} sum_n 2^n z^{2n+1} / (1*3*...*(2n+1)) */
+        T term = z;
+        T sum = z;
+        for (int n = 0; n < 60; n++) {
+            term *= (T)2.0 * z * z / (T)(2 * n + 3);
+            sum += term;
+            if (term <= sum * GELU_SERIES_TOL) {
+                break;
+            }
+        }
+        T e = (T)2.0 * GELU_INV_SQRT_PI * ez * sum;
+        return x >= (T)0.0 ? (T)0.5 + (T)0.5 * e : (T)0.5 - (T)0.5 * e;
+    }
+    /* erfc(z) = e^{-z^2}/sqrt(pi) / (z + (1/2)/(z + 1/(z + (3/2)/(z + ...)))) */
+    T k = (T)0.0;
+    for (int n = GELU_CF_DEPTH; n > 0; n--) {
+        k = ((T)n * (T)0.5) / (z + k);
+    }
+    T half_erfc = (T)0.5 * GELU_INV_SQRT_PI * ez / (z + k);
+    if (x != x) {
+        return x;
+    }
+    return x >= (T)0.0 ? (T)1.0 - half_erfc : half_erfc;
+}
+
+/* The "tanh" form as a logistic: 0.5 (1 + tanh u) = 1 / (1 + e^{-2u}). With e = e^{-2|u|}
+ * (never overflows) both the value and the derivative avoid 1 - tanh^2 cancellation,
+ * which library tanh (a few ulp off near +-1) would amplify by x^3 in the backward. */
+INLINE T gelu_tanh_inner(T v) {
+    return GELU_SQRT_2_OVER_PI * (v + (T)0.044715 * v * v * v);
+}
+
+INLINE T gelu_tanh_gate(T u, T e) {
+    return u >= (T)0.0 ? (T)1.0 / ((T)1.0 + e) : e / ((T)1.0 + e);
+}
+
+KERNEL void gelu_forward(GLOBAL T* y ARG(0), GLOBAL const T* x ARG(1),
+                         GLOBAL const int* P ARG(2) THREAD_ARGS) {
+    int n = P[0];
+    int form = P[1];
+    for (int i = GID; i < n; i += GLOBAL_SIZE) {
+        T v = x[i];
+        if (form == 0) {
+            T u = gelu_tanh_inner(v);
+            y[i] = v * gelu_tanh_gate(u, exp((T)-2.0 * fabs(u)));
+        } else {
+            y[i] = v * gelu_normal_cdf(v);
+        }
+    }
+}
+
+KERNEL void gelu_backward(GLOBAL T* dx ARG(0), GLOBAL const T* dy ARG(1),
+                          GLOBAL const T* x ARG(2), GLOBAL const int* P ARG(3) THREAD_ARGS) {
+    int n = P[0];
+    int form = P[1];
+    for (int i = GID; i < n; i += GLOBAL_SIZE) {
+        T v = x[i];
+        T g;
+        if (form == 0) {
+            /* d/dv [v s(2u)] = s + 2 v u' s (1 - s), and s (1 - s) = e / (1 + e)^2 */
+            T u = gelu_tanh_inner(v);
+            T e = exp((T)-2.0 * fabs(u));
+            T q = e / (((T)1.0 + e) * ((T)1.0 + e));
+            T du = GELU_SQRT_2_OVER_PI * ((T)1.0 + (T)(3.0 * 0.044715) * v * v);
+            g = gelu_tanh_gate(u, e) + (q == (T)0.0 ? (T)0.0 : (T)2.0 * v * du * q);
+        } else {
+            T pdf = GELU_INV_SQRT_2PI * exp((T)-0.5 * v * v);
+            g = gelu_normal_cdf(v) + v * pdf;
+        }
+        dx[i] = dy[i] * g;
+    }
+}
