@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test train lint format bench conformance clean
+.PHONY: install test train lint format bench conformance-gpu clean
 
 install: $(STAMP)
 
@@ -17,6 +17,22 @@ $(STAMP): pyproject.toml
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
 	$(BIN)/riftco conformance cpu --quiet
+	$(BIN)/python -m pip install --quiet ./examples/cffi_backend
+	$(BIN)/riftco conformance cffi_example --quiet
+	$(MAKE) --no-print-directory conformance-gpu
+
+# The GPU kernels on OpenCL (PoCL runs them on a CPU) at the default and at irregular group
+# sizes, and the Metal backend's host code through its OpenCL stand-in. Skips, saying why,
+# where no OpenCL device can compile kernels.
+conformance-gpu: $(STAMP)
+	@if $(BIN)/python -c "import sys, riftco; e = riftco.get_registry().entry('opencl'); \
+	    sys.exit(0 if e.available and e.devices() else (print('skipping GPU conformance:', e.reason) or 1))"; then \
+	  set -e; \
+	  $(BIN)/riftco conformance opencl --quiet; \
+	  RIFTCO_OPENCL_GROUP_SIZE=96 $(BIN)/riftco conformance opencl --quiet; \
+	  RIFTCO_OPENCL_GROUP_SIZE=352 $(BIN)/riftco conformance opencl --quiet; \
+	  RIFTCO_METAL_STANDIN=1 $(BIN)/riftco conformance metal --quiet; \
+	fi
 
 train: $(STAMP)
 	$(BIN)/riftco train

@@ -40,6 +40,8 @@ try:
 except _metadata.PackageNotFoundError:  # running from a source tree without install
     __version__ = "0.0.0+unknown"
 
+from . import shadow as _shadow  # noqa: E402,F401  (RIFTCO_VALIDATE=cpu: shadow validation)
+
 __all__ = [
     "autograd", "optim", "Variable", "no_grad",
     "PROTOCOL_VERSION", "Backend", "BackendBase", "Capabilities", "DeviceInfo", "Tensor",

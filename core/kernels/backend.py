@@ -154,9 +154,10 @@ class KernelBackend(FusedKernels, PrimitiveKernels, BackendBase):
         return self.empty(shape, dtype)
 
     def from_numpy(self, array: np.ndarray) -> Tensor:
+        shape = np.shape(array)  # ascontiguousarray turns 0-d into (1,): keep the real shape
         arr = np.ascontiguousarray(array)
         self._check_dtype("from_numpy", arr.dtype)
-        out = self.empty(arr.shape, arr.dtype)
+        out = self.empty(shape, arr.dtype)
         if arr.nbytes:
             self.runtime.upload(out.storage.buffer.raw, arr)
             self._stats.uploads += 1

@@ -1,0 +1,112 @@
+"""Element-wise comparison of a backend's output with the float64 reference.
+
+The numbers a failure reports are the ones a backend author needs to find the bug: how
+many elements are off, the largest absolute and relative error, and the index and values
+of the worst element (worst relative to its own tolerance).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .tolerances import Tolerance
+
+
+@dataclass
+class Comparison:
+    """The outcome of comparing one output array."""
+
+    name: str
+    shape: tuple[int, ...]
+    mismatches: int
+    max_abs: float
+    max_rel: float
+    worst_index: tuple[int, ...] | None = None
+    got: float | None = None
+    expected: float | None = None
+    problem: str = ""  # shape/dtype/NaN-pattern problems that make numbers meaningless
+
+    @property
+    def ok(self) -> bool:
+        return self.mismatches == 0 and not self.problem
+
+    def describe(self) -> str:
+        if self.problem:
+            return f"{self.name}: {self.problem}"
+        where = f"{self.name}[{', '.join(map(str, self.worst_index or ()))}]"
+        return (
+            f"{self.name}: {self.mismatches} of {int(np.prod(self.shape))} elements beyond "
+            f"tolerance; max abs err {self.max_abs:.3g}, max rel err {self.max_rel:.3g}; "
+            f"worst at {where}: got {self.got!r}, expected {self.expected!r}"
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "output": self.name,
+            "shape": list(self.shape),
+            "mismatches": self.mismatches,
+            "max_abs_err": self.max_abs,
+            "max_rel_err": self.max_rel,
+            "worst_index": list(self.worst_index) if self.worst_index is not None else None,
+            "got": self.got,
+            "expected": self.expected,
+            "problem": self.problem,
+        }
+
+
+def compare(
+    name: str, got: np.ndarray, expected: np.ndarray, tol: Tolerance, atol_scale: float = 1.0
+) -> Comparison:
+    """Compare ``got`` (any dtype) with ``expected`` (float64 or integer) under ``tol``.
+
+    ``atol_scale`` is the input magnitude an accumulating op's error grows with (see
+    ``OpSpec.magnitude``); the absolute tolerance is multiplied by it."""
+    got = np.asarray(got)
+    expected = np.asarray(expected)
+    if got.shape != expected.shape:
+        return Comparison(
+            name,
+            expected.shape,
+            -1,
+            np.inf,
+            np.inf,
+            problem=f"shape {got.shape}, expected {expected.shape}",
+        )
+    if expected.dtype.kind in "iu" and got.dtype.kind not in "iu":
+        return Comparison(
+            name,
+            expected.shape,
+            -1,
+            np.inf,
+            np.inf,
+            problem=f"dtype {got.dtype}, expected an integer dtype",
+        )
+    g = got.astype(np.float64)
+    e = expected.astype(np.float64)
+    if g.size == 0:
+        return Comparison(name, e.shape, 0, 0.0, 0.0)
+    with np.errstate(invalid="ignore", over="ignore"):
+        nan_e, nan_g = np.isnan(e), np.isnan(g)
+        inf_e = np.isinf(e)
+        special_bad = (nan_e != nan_g) | (inf_e & (g != e)) | (~inf_e & ~nan_e & np.isinf(g))
+        finite = ~(nan_e | nan_g | inf_e | np.isinf(g))
+        diff = np.where(finite, np.abs(g - e), 0.0)
+        scale = np.abs(e)
+        rel = np.where(finite & (scale > 0), diff / np.where(scale > 0, scale, 1.0), 0.0)
+        rel = np.where(finite & (scale == 0) & (diff > 0), np.inf, rel)
+        allowed = tol.atol * atol_scale + tol.rtol * scale
+        bad = special_bad | (finite & (diff > allowed))
+        # badness relative to each element's own allowance, so the worst is the most wrong
+        ratio = np.where(bad, np.where(finite, diff / np.maximum(allowed, 1e-300), np.inf), 0.0)
+    mismatches = int(np.count_nonzero(bad))
+    comp = Comparison(name, e.shape, mismatches, float(diff.max()), float(rel.max()))
+    if mismatches:
+        flat = int(np.argmax(ratio))
+        idx = tuple(int(i) for i in np.unravel_index(flat, e.shape))
+        comp.worst_index = idx
+        comp.got = float(g[idx]) if g.ndim else float(g)
+        comp.expected = float(e[idx]) if e.ndim else float(e)
+    return comp

@@ -1,0 +1,164 @@
+"""The whole suite for one backend device: plan the cases, apply expectations, run them.
+
+Used by both front ends (``riftco conformance`` and the pytest plugin), so they run the
+same cases with the same ids.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import riftco
+from riftco.plugins import BackendEntry, get_registry
+
+from .cases import Ctx, all_specs
+from .contract import error_cases, protocol_results
+from .expectations import Expectations, glob_match
+from .model_check import model_results
+from .results import CaseResult
+from .runner import NumericCase, RunSettings, case_id
+
+REFERENCE = "cpu"
+
+
+@dataclass
+class PlannedCase:
+    case_id: str
+    op: str
+    run: Callable[[], list[CaseResult]]
+
+
+@dataclass
+class Target:
+    """One backend device under test."""
+
+    entry: BackendEntry
+    index: int
+    backend: Any = None
+    reference: Any = None
+    ops: list[str] = field(default_factory=list)  # --ops patterns; empty: everything
+
+    @property
+    def label(self) -> str:
+        return f"{self.entry.name}:{self.index}"
+
+    def float_dtypes(self) -> tuple[np.dtype, ...]:
+        dts = sorted((d for d in self.backend.dtypes if np.dtype(d).kind == "f"), key=str)
+        return tuple(np.dtype(d) for d in dts)
+
+    def index_dtypes(self) -> tuple[np.dtype, ...]:
+        dts = [np.dtype(d) for d in (np.int32, np.int64) if np.dtype(d) in self.backend.dtypes]
+        return tuple(dts)
+
+    def wanted(self, op: str, cid: str) -> bool:
+        return not self.ops or any(glob_match(op, p) or glob_match(cid, p) for p in self.ops)
+
+
+def resolve(spec: str) -> list[Target]:
+    """``NAME`` (every device) or ``NAME:N`` -> targets; raises riftco errors with reasons."""
+    name, _, index = spec.partition(":")
+    registry = get_registry()
+    entry = registry.entry(name)
+    if not entry.available:
+        raise riftco.BackendUnavailableError(
+            f"[conformance] backend {name!r} is unavailable: {entry.reason}"
+        )
+    n = len(entry.devices())
+    if index:
+        if not index.isdigit() or int(index) >= n:
+            raise riftco.UnknownBackendError(
+                f"[conformance] backend {name!r} has {n} device(s); {spec!r} names none of them"
+            )
+        return [Target(entry, int(index))]
+    return [Target(entry, i) for i in range(n)]
+
+
+def plan(target: Target, run: RunSettings) -> list[PlannedCase]:
+    registry = get_registry()
+    target.backend = registry.instance(target.entry.name, target.index)
+    target.reference = registry.instance(REFERENCE, 0)
+    backend, cls = target.backend, target.entry.cls
+    device = target.entry.devices()[target.index]
+    planned = [PlannedCase("protocol", "protocol", lambda: protocol_results(cls, backend, device))]
+    for dtype in target.float_dtypes():
+        ctx = Ctx(dtype, target.float_dtypes(), target.index_dtypes())
+        for spec in all_specs():
+            modes = [False]
+            if spec.fused and riftco.ops.is_native(backend, spec.op):
+                modes.append(True)  # also run core's composite on this backend
+            for forced in modes:
+                cid = case_id(spec, dtype, forced)
+                if not target.wanted(spec.op, cid):
+                    continue
+                if spec.needs_index and not ctx.index_dtypes:
+                    reason = "backend declares no index dtype (int32 or int64)"
+                    planned.append(PlannedCase(cid, spec.op, _skipped(cid, spec.op, reason)))
+                    continue
+                case = NumericCase(spec, ctx, backend, target.reference, forced)
+                planned.append(PlannedCase(cid, spec.op, lambda c=case: [c.run(run)]))
+    for cid, op, run_one in error_cases(backend):
+        if target.wanted(op, cid) or target.wanted("errors", cid):
+            planned.append(PlannedCase(cid, op, lambda r=run_one: [r()]))
+    if target.wanted("tiny_transformer", "model/tiny_transformer"):
+        planned.append(
+            PlannedCase(
+                "model/tiny_transformer",
+                "tiny_transformer",
+                lambda: model_results(backend, target.reference),
+            )
+        )
+    return planned
+
+
+def _skipped(cid: str, op: str, reason: str) -> Callable[[], list[CaseResult]]:
+    return lambda: [
+        CaseResult(
+            cid,
+            op,
+            "numeric",
+            cid.split("[")[1].split(",")[0].rstrip("]"),
+            status="skip",
+            reason=reason,
+        )
+    ]
+
+
+def apply_expectation(result: CaseResult, expectations: Expectations) -> CaseResult:
+    exp = expectations.lookup(result.case_id)
+    if exp is None:
+        return result
+    if exp.status == "skip":
+        result.status, result.reason = "skip", f"expectations file: {exp.reason}"
+    elif result.status in ("fail", "error"):
+        result.status, result.reason = (
+            "xfail",
+            f"{exp.reason} (failed as expected: {result.reason})",
+        )
+    elif result.status == "pass":
+        result.status, result.reason = "xpass", f"expected to fail ({exp.reason}) but passed"
+    return result
+
+
+def run_target(
+    target: Target, run: RunSettings, expectations: Expectations
+) -> Iterator[CaseResult]:
+    """Yield results as they come (the CLI prints them live)."""
+    for planned in plan(target, run):
+        exp = expectations.lookup(planned.case_id) if planned.case_id != "protocol" else None
+        if exp is not None and exp.status == "skip":
+            exp.matched -= 1  # apply_expectation below counts it
+            dtype = planned.case_id.partition("[")[2].split(",")[0].rstrip("]") or "-"
+            group = planned.case_id.split("/")[0] if "/" in planned.case_id else "numeric"
+            res = CaseResult(planned.case_id, planned.op, group, dtype)
+            yield apply_expectation(res, expectations)
+            continue
+        if exp is not None:
+            exp.matched -= 1
+        start = time.perf_counter()
+        for res in planned.run():
+            res.time_s = res.time_s or time.perf_counter() - start
+            yield apply_expectation(res, expectations)

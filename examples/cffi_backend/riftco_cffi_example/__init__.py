@@ -1,0 +1,5 @@
+"""riftco-cffi-example: a third-party riftco backend written in C through cffi."""
+
+from .backend import CffiBackend
+
+__all__ = ["CffiBackend"]

@@ -1,0 +1,123 @@
+"""Pieces of the conformance suite checked on their own: comparison, expectations, plugin."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from riftco.backend import FUSED_OPS, PRIMITIVE_OPS
+from riftco.conformance import expectations as ex
+from riftco.conformance.compare import compare
+from riftco.conformance.tolerances import EXACT, Tolerance, tolerance
+
+
+def test_compare_counts_mismatches_and_finds_the_worst() -> None:
+    expected = np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+    got = expected.copy()
+    got[0, 1] += 0.5  # relative error 0.25
+    got[1, 2] += 3.0  # relative error 0.5, the worst
+    c = compare("y", got, expected, Tolerance(1e-6, 1e-6))
+    assert not c.ok and c.mismatches == 2
+    assert c.max_abs == pytest.approx(3.0) and c.max_rel == pytest.approx(0.5)
+    assert c.worst_index == (1, 2) and c.got == 9.0 and c.expected == 6.0
+    assert "2 of 6 elements" in c.describe() and "y[1, 2]" in c.describe()
+
+
+def test_compare_tolerance_is_atol_plus_rtol() -> None:
+    e = np.array([100.0, 0.0])
+    assert compare("y", e + [0.9e-2 + 0.5e-3, 0.9e-3], e, Tolerance(1e-3, 1e-4)).ok
+    assert not compare("y", e + [0.0, 1.1e-3], e, Tolerance(1e-3, 1e-4)).ok
+    # accumulating ops scale atol by their input magnitude
+    assert compare("y", e + [0.0, 1.1e-3], e, Tolerance(1e-3, 1e-4), atol_scale=2.0).ok
+
+
+def test_compare_nan_and_inf_must_match_exactly() -> None:
+    e = np.array([np.nan, np.inf, -np.inf, 1.0])
+    assert compare("y", e.copy(), e, EXACT).ok
+    for bad in (
+        [0.0, np.inf, -np.inf, 1.0],
+        [np.nan, 1e30, -np.inf, 1.0],
+        [np.nan, np.inf, -np.inf, np.nan],
+    ):
+        assert not compare("y", np.array(bad), e, Tolerance(1.0, 1.0)).ok
+
+
+def test_compare_reports_shape_and_dtype_problems() -> None:
+    assert "shape" in compare("y", np.zeros(3), np.zeros(4), EXACT).problem
+    assert "integer" in compare("i", np.zeros(3), np.zeros(3, dtype=np.int32), EXACT).problem
+
+
+def test_tolerance_table_covers_every_op_and_is_exact_where_it_must_be() -> None:
+    for op in PRIMITIVE_OPS + FUSED_OPS:
+        for dt in ("float32", "float64"):
+            t = tolerance(op, dt)
+            assert t.atol >= 0 and t.rtol >= 0
+    assert tolerance("argmax", "float32") == EXACT and tolerance("compare", "float64") == EXACT
+    assert tolerance("add", "int32") == EXACT
+    # float32 is looser than float64 everywhere it is not exact
+    for op in FUSED_OPS:
+        assert tolerance(op, "float32").rtol >= tolerance(op, "float64").rtol
+
+
+def test_glob_treats_brackets_literally() -> None:
+    assert ex.glob_match("softmax[float32]", "softmax[float*]")
+    assert ex.glob_match("softmax[float32,composite]", "*[float32*")
+    assert not ex.glob_match("softmaxf]", "softmax[f]")
+
+
+def test_expectations_json_and_toml(tmp_path: Path) -> None:
+    j = tmp_path / "e.json"
+    j.write_text(json.dumps({"cases": {"gelu*": {"status": "skip", "reason": "no erf"}}}))
+    t = tmp_path / "e.toml"
+    t.write_text('[cases."matmul[float32]"]\nstatus = "xfail"\nreason = "tile bug"\n')
+    assert ex.load(j).lookup("gelu[float32]").reason == "no erf"
+    loaded = ex.load(t)
+    assert loaded.lookup("matmul[float32]").status == "xfail"
+    assert loaded.lookup("matmul[float64]") is None
+    assert loaded.unmatched() == []
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [{"status": "maybe", "reason": "x"}, {"status": "skip"}, {"status": "skip", "reason": " "}],
+)
+def test_expectations_reject_malformed_entries(tmp_path: Path, entry: dict[str, str]) -> None:
+    p = tmp_path / "e.json"
+    p.write_text(json.dumps({"cases": {"add[float32]": entry}}))
+    with pytest.raises(ex.ExpectationsError, match=r"add\[float32\]"):
+        ex.load(p)
+
+
+def test_expectations_from_class_attribute_resolve_next_to_the_module(tmp_path: Path) -> None:
+    class Fake:
+        conformance_expectations = str(tmp_path / "x.json")
+
+    (tmp_path / "x.json").write_text(json.dumps({"cases": {}}))
+    assert ex.for_backend(Fake, None).source.endswith("x.json")
+    assert ex.for_backend(None, None).entries == []
+
+
+def _pytest(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=Path(__file__).resolve().parents[1],
+    )
+
+
+def test_pytest_plugin_skips_without_backend_and_runs_with_one() -> None:
+    idle = _pytest("--pyargs", "riftco.conformance", "-rs")
+    assert idle.returncode == 0, idle.stdout + idle.stderr
+    assert "1 skipped" in idle.stdout and "--backend" in idle.stdout
+    ran = _pytest(
+        "--pyargs", "riftco.conformance", "--backend=cpu", "--conformance-ops=softmax*,errors/*",
+        "--conformance-max-examples=1",
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert " passed" in ran.stdout and "failed" not in ran.stdout
