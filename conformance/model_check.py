@@ -1,14 +1,9 @@
-"""HOOK: one forward + backward of the tiny transformer vs the CPU float64 reference.
+"""One forward + backward of the tiny transformer on a backend vs the CPU float64 reference.
 
-====================================================================================
-TODO(riftco.nn): this is the marked hook for the end-to-end model check. It reports a
-skip (with its reason) until ``riftco.nn`` provides the tiny transformer. To enable it,
-implement :func:`model_forward_backward` below: build a small model from a fixed seed on
-``backend`` (float32) and on ``reference`` (float64, the same initial weights copied
-with ``.to()`` + cast), run one forward + backward on the same token batch, and return
-``{name: (got, expected)}`` numpy pairs for the loss and every parameter gradient. The
-comparison and reporting below already work on that dict.
-====================================================================================
+Both models start from the same float32 weights (the reference gets them cast up), see
+the same token batch, and every parameter gradient plus the loss is compared, for both
+attention modes. A whole model accumulates every op's error, so the tolerance is looser
+than any single op's.
 """
 
 from __future__ import annotations
@@ -29,9 +24,35 @@ MODEL_TOLERANCE = Tolerance(1e-3, 1e-3)
 def model_forward_backward(
     backend: Any, reference: Any
 ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Return {output name: (backend result, float64 reference)}; raise NotImplementedError
-    while the tiny transformer does not exist."""
-    raise NotImplementedError("riftco.nn does not provide the tiny transformer yet")
+    """Return {output name: (backend result, float64 reference)} for loss and gradients."""
+    from riftco.device import Device
+    from riftco.nn import GPT, GPTConfig
+
+    dev = Device(backend.name, backend.device_index)
+    ref_dev = Device(reference.name, reference.device_index)
+    rng = np.random.default_rng(1234)
+    batch, steps, vocab = 2, 9, 13
+    ids = rng.integers(0, vocab, size=(batch, steps + 1))
+    index = np.int32 if np.dtype(np.int32) in backend.dtypes else np.int64
+    pairs: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    for mode in ("materialized", "flash"):
+        cfg = GPTConfig(vocab=vocab, context=16, layers=2, heads=2, width=16, attention=mode)
+        model = GPT(cfg, device=dev, dtype=np.float32, seed=7)
+        ref = GPT(cfg, device=ref_dev, dtype=np.float64, seed=7)
+        ref.load_state_dict({k: v.astype(np.float64) for k, v in model.state_dict().items()})
+        results = []
+        for m, d in ((model, dev), (ref, ref_dev)):
+            x = d.backend.from_numpy(ids[:, :-1].astype(index))
+            y = d.backend.from_numpy(ids[:, 1:].astype(index))
+            loss = m.loss(x, y)
+            loss.backward()
+            grads = {name: p.grad.numpy() for name, p in m.named_parameters()}
+            results.append((loss.value.numpy(), grads))
+        (loss_got, got), (loss_exp, exp) = results
+        pairs[f"{mode}/loss"] = (loss_got, loss_exp)
+        for name in exp:
+            pairs[f"{mode}/grad/{name}"] = (got[name], exp[name])
+    return pairs
 
 
 def model_results(backend: Any, reference: Any) -> list[CaseResult]:
