@@ -103,6 +103,7 @@ def write_text_atomic(path: Path, text: str) -> None:
     """Replace ``path`` with ``text`` so readers see the old or the new file, never a mix."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.chmod(tmp, 0o644)  # mkstemp makes it private
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
@@ -127,6 +128,7 @@ def save_checkpoint(
     name = f"ckpt-{step:08d}-{secrets.token_hex(3)}"
     tmp = Path(tempfile.mkdtemp(prefix=".tmp-ckpt-", dir=run))
     try:
+        tmp.chmod(0o755)  # mkdtemp makes it private; a checkpoint is as readable as its run
         opt_arrays: dict[str, np.ndarray] = {}
         skeleton = _flatten(optimizer, "opt", opt_arrays)
         save_file({k: np.ascontiguousarray(v) for k, v in weights.items()}, str(tmp / MODEL))

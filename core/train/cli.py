@@ -15,8 +15,17 @@ import numpy as np
 
 from ..errors import RiftcoError
 
-DEFAULT_OUT = "out/tiny-shakespeare"
-DEFAULT_STEPS = 600
+DEFAULT_OUT = "runs/tiny-shakespeare"
+DEFAULT_STEPS = 1500
+
+
+class _Help(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows defaults, except the ``None`` of options whose help already says what happens."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        if action.default is None or isinstance(action.default, bool):
+            return action.help or ""
+        return super()._get_help_string(action)
 
 
 def _positive(kind: type) -> object:
@@ -34,7 +43,7 @@ def build_train_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="riftco train",
         description="Train the tiny character-level GPT (default corpus: tiny Shakespeare).",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=_Help,
     )
     p.add_argument("--backend", default="auto", help="auto, cpu, opencl[:N], metal[:N]")
     p.add_argument("--data", default=None, help="UTF-8 text file (default: the embedded corpus)")
@@ -44,26 +53,33 @@ def build_train_parser() -> argparse.ArgumentParser:
         default=None,
         help=f"optimizer steps (default {DEFAULT_STEPS}; with --resume: the saved run's)",
     )
-    p.add_argument("--batch-size", type=_positive(int), default=16)
-    p.add_argument("--context", type=_positive(int), default=64)
-    p.add_argument("--layers", type=_positive(int), default=4)
-    p.add_argument("--heads", type=_positive(int), default=4)
-    p.add_argument("--width", type=_positive(int), default=128)
+    p.add_argument("--batch-size", type=_positive(int), default=16, help="sequences per step")
+    p.add_argument("--context", type=_positive(int), default=64, help="characters per sequence")
+    p.add_argument("--layers", type=_positive(int), default=4, help="transformer blocks")
+    p.add_argument("--heads", type=_positive(int), default=4, help="attention heads")
+    p.add_argument("--width", type=_positive(int), default=128, help="embedding width")
     p.add_argument("--lr", type=_positive(float), default=3e-3, help="peak learning rate")
     p.add_argument("--warmup", type=int, default=50, help="linear warm-up steps")
     p.add_argument("--min-lr-ratio", type=float, default=0.1, help="cosine floor / peak")
-    p.add_argument("--weight-decay", type=float, default=0.1)
+    p.add_argument("--weight-decay", type=float, default=0.1, help="AdamW, on matrices only")
     p.add_argument("--grad-clip", type=float, default=1.0, help="global norm; 0 disables")
-    p.add_argument("--attention", choices=["materialized", "flash"], default="materialized")
+    p.add_argument(
+        "--attention",
+        choices=["materialized", "flash"],
+        default="materialized",
+        help="flash never holds a (T, T) matrix on a GPU backend",
+    )
     p.add_argument(
         "--checkpointing",
         choices=["none", "block"],
         default="none",
         help="recompute each block in backward to save activation memory",
     )
-    p.add_argument("--eval-every", type=_positive(int), default=100)
-    p.add_argument("--eval-iters", type=_positive(int), default=8)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--eval-every", type=_positive(int), default=100, help="steps between validations"
+    )
+    p.add_argument("--eval-iters", type=_positive(int), default=8, help="validation batches")
+    p.add_argument("--seed", type=int, default=0, help="model init, batches and sample")
     p.add_argument("--out", default=DEFAULT_OUT, help="run directory for checkpoints and plot")
     p.add_argument(
         "--resume",
@@ -80,14 +96,14 @@ def build_sample_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="riftco sample",
         description="Generate text from a checkpoint written by riftco train.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=_Help,
     )
     p.add_argument("--checkpoint", required=True, metavar="DIR", help="a riftco train --out DIR")
-    p.add_argument("--prompt", default="", help="text to continue (default: a newline)")
-    p.add_argument("--tokens", type=int, default=300)
+    p.add_argument("--prompt", default=None, help="text to continue (default: a newline)")
+    p.add_argument("--tokens", type=int, default=300, help="characters to generate")
     p.add_argument("--temperature", type=float, default=0.8, help="0 means greedy")
     p.add_argument("--top-k", type=int, default=0, help="0 keeps every token")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="sampling seed (same seed, same text)")
     p.add_argument("--backend", default="cpu", help="auto, cpu, opencl[:N], metal[:N]")
     return p
 
@@ -174,7 +190,11 @@ def _train(args: argparse.Namespace) -> int:
     )
     from tqdm import tqdm
 
-    result = trainer.run(progress=not args.no_progress, log=tqdm.write)
+    def log(line: str) -> None:  # above the progress bar, and visible at once in a log file
+        tqdm.write(line)
+        sys.stdout.flush()
+
+    result = trainer.run(progress=not args.no_progress, log=log)
     out = trainer.out
     if result.interrupted:
         print(f"interrupted at step {result.step}: checkpoint saved to {result.checkpoint}")
@@ -212,7 +232,9 @@ def sample_main(argv: Sequence[str]) -> int:
         model.load_state_dict(ckpt.weights)
         tok = CharTokenizer.from_dict(ckpt.meta["tokenizer"])
         top_k = args.top_k if args.top_k > 0 else None
-        print(generate(model, tok, args.prompt, args.tokens, args.temperature, top_k, args.seed))
+        print(
+            generate(model, tok, args.prompt or "", args.tokens, args.temperature, top_k, args.seed)
+        )
     except RiftcoError as exc:
         print(f"riftco sample: error: {exc}", file=sys.stderr)
         return 2

@@ -64,6 +64,7 @@ class TrainResult:
 
     @property
     def final_train_loss(self) -> float:
+        """Mean of the last 20 steps' losses: one batch's loss is too noisy to report."""
         tail = [loss for _, loss in self.train_losses[-20:]]
         return float(np.mean(tail)) if tail else float("nan")
 
@@ -125,6 +126,8 @@ class Trainer:
 
     def __post_init__(self) -> None:
         self.head = as_head(self.head)
+        if self.data_path is not None:  # a resume may start from another directory
+            self.data_path = str(Path(self.data_path).resolve())
         named = list(self.model.named_parameters())
         # Like GPT-2: decay matrices and embeddings, not gains and biases.
         decay = [p for _, p in named if len(p.shape) >= 2]
@@ -251,6 +254,7 @@ class Trainer:
         scroll above the progress bar)."""
         from tqdm import tqdm
 
+        self._stop = False
         previous = None
         if threading.current_thread() is threading.main_thread():
             previous = signal.signal(signal.SIGINT, self._on_sigint)
