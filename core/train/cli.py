@@ -76,6 +76,13 @@ def build_train_parser() -> argparse.ArgumentParser:
         help="recompute each block in backward to save activation memory",
     )
     p.add_argument(
+        "--label-smoothing",
+        type=float,
+        default=0.0,
+        metavar="EPS",
+        help="train against (1-EPS)*onehot + EPS/V via a compiled objective (0 = plain)",
+    )
+    p.add_argument(
         "--eval-every", type=_positive(int), default=100, help="steps between validations"
     )
     p.add_argument("--eval-iters", type=_positive(int), default=8, help="validation batches")
@@ -174,6 +181,7 @@ def _train(args: argparse.Namespace) -> int:
             eval_every=args.eval_every,
             eval_iters=args.eval_iters,
             seed=args.seed,
+            label_smoothing=args.label_smoothing,
         )
         model = GPT(mcfg, device=dev, seed=args.seed)
         trainer = Trainer(model, data, cfg, Path(args.out), args.data)
