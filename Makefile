@@ -19,6 +19,7 @@ test: $(STAMP)
 	$(BIN)/riftco conformance cpu --quiet
 	$(BIN)/python -m pip install --quiet ./examples/cffi_backend
 	$(BIN)/riftco conformance cffi_example --quiet
+	$(BIN)/riftco conformance native --quiet
 	$(MAKE) --no-print-directory conformance-gpu
 
 # The GPU kernels on OpenCL (PoCL runs them on a CPU) at the default and at irregular group

@@ -1,0 +1,230 @@
+"""Compile ``kernels.c`` with cffi (API mode) on first use and cache the extension.
+
+Why at run time and not at install time: the package stays a pure-Python wheel, and a
+machine without a C compiler still imports riftco (the backend then reports itself
+unavailable with the compiler's own message). The cache directory is keyed by a hash of
+the C sources, the declarations, the flags, the cffi version and the Python ABI, so an
+edit or an upgrade rebuilds and stale binaries are never loaded. Builds happen in a
+temporary directory that is renamed into place, so two processes building at once both
+end with a complete extension (the loser of the rename just discards its copy).
+
+``RIFTCO_CACHE_DIR`` overrides the cache root (default ``~/.cache/riftco``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import shutil
+import sys
+import sysconfig
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+_HERE = Path(__file__).resolve().parent
+SOURCES = ("kernels.c", "kernels_attention.c")
+#: -fno-math-errno lets sqrt vectorise and -fno-trapping-math lets GCC if-convert the
+#: branch-free exp (selects instead of jumps); neither changes a result (Python never
+#: unmasks FP traps). No -march (clones instead, see kernels.c), no -ffast-math.
+BASE_FLAGS = ["-O3", "-fno-math-errno", "-fno-trapping-math", "-std=gnu11"]
+OPENMP_FLAGS = ["-fopenmp"]
+
+_ONE_DTYPE = """
+void gelu_{s}({t} *x, {t} *y, int64_t n, int approx);
+void gelu_backward_{s}({t} *dy, {t} *x, {t} *dx, int64_t n, int approx);
+void softmax_{s}({t} *x, {t} *y, int64_t rows, int64_t cols);
+void softmax_backward_{s}({t} *dy, {t} *y, {t} *dx, int64_t rows, int64_t cols);
+void layer_norm_{s}({t} *x, {t} *g, {t} *b, {t} *y, {t} *mean, {t} *rstd, int64_t rows,
+                    int64_t cols, double eps);
+int layer_norm_backward_{s}({t} *dy, {t} *x, {t} *g, {t} *mean, {t} *rstd, {t} *dx, {t} *dg,
+                            {t} *db, int64_t rows, int64_t cols);
+void embedding_{s}({t} *table, int64_t *ids, {t} *out, int64_t n, int64_t cols);
+void embedding_backward_{s}({t} *dy, int64_t *ids, {t} *out, int64_t n, int64_t V,
+                            int64_t cols);
+void cross_entropy_{s}({t} *logits, int64_t *t, {t} *loss, {t} *lse, int64_t n, int64_t V);
+void cross_entropy_backward_{s}({t} *dloss, int64_t dloss_stride, {t} *logits, int64_t *t,
+                                {t} *lse, {t} *dl, int64_t n, int64_t V);
+void adam_update_{s}({t} *p, {t} *g, {t} *m, {t} *v, int64_t n, double lr, double b1,
+                     double b2, double eps, double wd, double bc1, double bc2);
+int attention_{s}({t} *q, {t} *k, {t} *v, int64_t *st, {t} *out, {t} *probs, int64_t B,
+                  int64_t H, int64_t T, int64_t D, double scale, int causal);
+int attention_backward_{s}({t} *dout, {t} *q, {t} *k, {t} *v, int64_t *st, {t} *probs,
+                           {t} *dq, {t} *dk, {t} *dv, int64_t B, int64_t H, int64_t T,
+                           int64_t D, double scale);
+int flash_attention_{s}({t} *q, {t} *k, {t} *v, int64_t *st, {t} *out, {t} *lse, int64_t B,
+                        int64_t H, int64_t T, int64_t D, double scale, int causal);
+void blas_matmul_{s}(void *fn, int ta, int tb, int64_t M, int64_t N, int64_t K, {t} *A,
+                     int64_t lda, {t} *B, int64_t ldb, {t} *C, int64_t ldc);
+int flash_attention_backward_{s}({t} *dout, {t} *q, {t} *k, {t} *v, {t} *out, int64_t *st,
+                                 {t} *lse, {t} *dq, {t} *dk, {t} *dv, int64_t B, int64_t H,
+                                 int64_t T, int64_t D, double scale, int causal);
+"""
+CDEF = (
+    "int rift_num_threads(void);\n"
+    + _ONE_DTYPE.format(s="f32", t="float")
+    + _ONE_DTYPE.format(s="f64", t="double")
+)
+
+
+class BuildError(RuntimeError):
+    """The extension could not be built or loaded; the message says why (compiler output)."""
+
+
+def cache_root() -> Path:
+    env = os.environ.get("RIFTCO_CACHE_DIR")
+    return Path(env) if env else Path.home() / ".cache" / "riftco"
+
+
+def _sources() -> dict[str, str]:
+    return {name: (_HERE / name).read_text() for name in SOURCES}
+
+
+def build_key(flags: list[str]) -> str:
+    import cffi
+
+    h = hashlib.sha256()
+    for name, text in sorted(_sources().items()):
+        h.update(name.encode() + b"\0" + text.encode() + b"\0")
+    h.update(CDEF.encode())
+    h.update(" ".join(flags).encode())
+    h.update(cffi.__version__.encode())
+    h.update((sysconfig.get_config_var("EXT_SUFFIX") or "").encode())
+    h.update((sysconfig.get_config_var("CC") or "").encode())
+    return h.hexdigest()[:20]
+
+
+class _CapturedOutput:
+    """Redirect the process's fds 1 and 2 to a file: the compiler runs as a child process,
+    so Python-level redirection would miss its diagnostics."""
+
+    def __enter__(self) -> _CapturedOutput:
+        self.file = tempfile.TemporaryFile(mode="w+b")
+        sys.stdout.flush()
+        sys.stderr.flush()
+        self.saved = [os.dup(1), os.dup(2)]
+        os.dup2(self.file.fileno(), 1)
+        os.dup2(self.file.fileno(), 2)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(self.saved[0], 1)
+        os.dup2(self.saved[1], 2)
+        for fd in self.saved:
+            os.close(fd)
+        self.file.seek(0)
+        self.text = self.file.read().decode(errors="replace")
+        self.file.close()
+
+
+def _compile(flags: list[str], module: str, final: Path) -> None:
+    import cffi
+
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=final.parent))
+    try:
+        for name, text in _sources().items():
+            (tmp / name).write_text(text)
+        ffi = cffi.FFI()
+        ffi.cdef(CDEF)
+        ffi.set_source(
+            module,
+            '#include "kernels.c"\n',
+            include_dirs=[str(tmp)],
+            extra_compile_args=flags,
+            extra_link_args=[f for f in flags if f == "-fopenmp"] + ["-lm"],
+        )
+        with _CapturedOutput() as out:
+            try:
+                ffi.compile(tmpdir=str(tmp), verbose=False)
+                ok = True
+            except Exception as exc:  # distutils/setuptools raise several kinds
+                ok = False
+                err = f"{type(exc).__name__}: {exc}"
+        if not ok:
+            tail = "\n".join(out.text.strip().splitlines()[-25:])
+            raise BuildError(f"compiling the native kernels failed ({err})\n{tail}".strip())
+        try:
+            os.rename(tmp, final)
+        except OSError:
+            if not final.exists():  # not a lost race: a real failure
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _load(module: str, final: Path) -> Any:
+    suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
+    path = next(iter(sorted(final.glob(module + "*" + suffix))), None)
+    if path is None:
+        raise BuildError(f"no compiled extension {module}{suffix} in {final}")
+    spec = importlib.util.spec_from_file_location(module, path)
+    if spec is None or spec.loader is None:
+        raise BuildError(f"cannot load {path}")
+    # libgomp reads its settings once, when it loads. Its default is to spin after every
+    # parallel region, which steals the cores numpy's BLAS threads need between our short
+    # kernels (measured: 1.8x the CPU time per training step). Sleep instead, unless the
+    # user chose a policy; the variable is restored so child processes see no change.
+    policy_set = "OMP_WAIT_POLICY" in os.environ or "GOMP_SPINCOUNT" in os.environ
+    if not policy_set:
+        os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+    try:  # module_from_spec is what dlopens the extension (and with it libgomp)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+    finally:
+        if not policy_set:
+            os.environ.pop("OMP_WAIT_POLICY", None)
+    return mod
+
+
+def build(flags: list[str]) -> Any:
+    """The compiled module (``.lib``, ``.ffi``) for ``flags``, building it when not cached."""
+    key = build_key(flags)
+    module = f"_riftco_native_{key}"
+    if module in sys.modules:
+        return sys.modules[module]
+    final = cache_root() / "native" / key
+    if not final.exists():
+        _compile(flags, module, final)
+    mod = _load(module, final)
+    sys.modules[module] = mod
+    return mod
+
+
+_lock = threading.Lock()
+_state: dict[str, Any] = {}
+
+
+def load() -> Any:
+    """Build or load once per process: OpenMP first, then (e.g. a compiler without OpenMP)
+    single-threaded. Raises :class:`BuildError` with every attempt's reason."""
+    with _lock:
+        if "module" in _state:
+            return _state["module"]
+        if "error" in _state:
+            raise BuildError(_state["error"])
+        reasons = []
+        try:
+            import cffi  # noqa: F401
+        except ImportError as exc:
+            _state["error"] = f"cffi is not installed ({exc}); pip install cffi"
+            raise BuildError(_state["error"]) from None
+        for flags in (BASE_FLAGS + OPENMP_FLAGS, BASE_FLAGS):
+            try:
+                _state["module"] = build(flags)
+                _state["flags"] = flags
+                return _state["module"]
+            except Exception as exc:  # never let a probe raise anything but BuildError
+                reasons.append(f"[{' '.join(flags)}] {exc}")
+        _state["error"] = "\n".join(reasons)
+        raise BuildError(_state["error"])
+
+
+def build_flags() -> list[str]:
+    """Flags of the loaded build (empty before :func:`load` succeeded)."""
+    return list(_state.get("flags", []))

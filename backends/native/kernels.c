@@ -1,0 +1,415 @@
+/* riftco native CPU kernels: fused ops for the "native" backend (see backend.py).
+ *
+ * Written once, instantiated for float and double: this file includes itself with
+ * RIFT_T defined (build.py compiles it through '#include "kernels.c"'). Build flags are
+ * -O3 -fno-math-errno -fopenmp only: no -march=native (the binary may run on another CPU
+ * of a fleet) and no -ffast-math (it breaks -inf/NaN handling). Instead, hot per-row and
+ * per-chunk workers carry RIFT_CLONES: on x86-64 Linux GCC builds an AVX2+FMA copy next to
+ * the baseline one and picks at load time (ifunc). Reductions use `omp simd reduction`,
+ * the one portable licence to vectorise a float sum without -ffast-math; their order is
+ * fixed at compile time, so every run gives the same bits on a given machine.
+ *
+ * Threads: OpenMP over rows (or chunks, or batch*head); OMP_NUM_THREADS is respected.
+ * Every cross-row reduction (LayerNorm dgamma/dbeta, embedding scatter-add) sums in an
+ * order that does not depend on the thread count, so results are deterministic.
+ */
+#ifndef RIFT_T
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) && !defined(__clang__)
+#define RIFT_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define RIFT_CLONES
+#endif
+
+#ifdef _OPENMP
+#include <omp.h>
+#define RIFT_PRAGMA(x) _Pragma(#x)
+#else
+#define RIFT_PRAGMA(x)
+#endif
+#define RIFT_SIMD_SUM(v) RIFT_PRAGMA(omp simd reduction(+ : v))
+#define RIFT_SIMD_MAX(v) RIFT_PRAGMA(omp simd reduction(max : v))
+#define RIFT_SIMD RIFT_PRAGMA(omp simd)
+
+/* Below this much work a kernel runs on one thread: waking the sleeping team (futex) costs
+ * tens of microseconds, more than a memory-bound row kernel on 1024 x 128 takes alone.
+ * RIFT_PAR_MIN counts elements of compute-heavy kernels (GELU, attention FMAs), RIFT_PAR_ROWS
+ * elements of light row kernels (LayerNorm, softmax, cross-entropy, embedding). */
+#define RIFT_PAR_MIN 65536
+#define RIFT_PAR_ROWS (1 << 19)
+#define RIFT_CHUNK 8192
+/* Rows per partial sum of LayerNorm dgamma/dbeta: fixed, so the order is thread-free. */
+#define RIFT_LN_ROWS 64
+/* Keys per block of the flash kernels (the CPU reference uses the same block). */
+#define RIFT_FLASH_BLOCK 64
+
+int rift_num_threads(void) {
+#ifdef _OPENMP
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+
+/* exp for float that GCC vectorises (no libm call): Cody-Waite reduction, Cephes
+ * polynomial (about 1 ulp), 2^n applied as two exact halves so that overflow gives inf
+ * and underflow goes gradually to 0 like libm. NaN in, NaN out; exp(-inf) = 0. */
+static inline float rift_expf(float x) {
+    float xc = x < -104.0f ? -104.0f : x;
+    xc = xc > 88.8f ? 88.8f : xc;
+    float nf = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    int32_t n = (int32_t)nf;
+    float r = (xc - nf * 0.693359375f) + nf * 2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    float y = p * r * r + r + 1.0f;
+    int32_t h = n >> 1;
+    union { int32_t i; float f; } s1, s2;
+    s1.i = (h + 127) << 23;
+    s2.i = (n - h + 127) << 23;
+    float res = y * s1.f * s2.f;
+    return x != x ? x : res;
+}
+
+/* Scratch memory per thread for attention (K^T, V^T tiles, score rows). */
+static void *rift_alloc(size_t bytes) {
+    void *p = NULL;
+    if (posix_memalign(&p, 64, bytes ? bytes : 64) != 0) return NULL;
+    return p;
+}
+
+#define RIFT_T float
+#define RIFT_SFX(name) name##_f32
+#define RIFT_EXP(x) rift_expf(x)
+#define RIFT_LOG(x) logf(x)
+#define RIFT_SQRT(x) sqrtf(x)
+#define RIFT_TANH(x) tanhf(x)
+#define RIFT_ERF(x) erff(x)
+#include "kernels.c"
+#undef RIFT_T
+#undef RIFT_SFX
+#undef RIFT_EXP
+#undef RIFT_LOG
+#undef RIFT_SQRT
+#undef RIFT_TANH
+#undef RIFT_ERF
+
+#define RIFT_T double
+#define RIFT_SFX(name) name##_f64
+#define RIFT_EXP(x) exp(x)
+#define RIFT_LOG(x) log(x)
+#define RIFT_SQRT(x) sqrt(x)
+#define RIFT_TANH(x) tanh(x)
+#define RIFT_ERF(x) erf(x)
+#include "kernels.c"
+
+#else /* ---------------------------------------------------------------- one dtype */
+
+#define T RIFT_T
+#define F(name) RIFT_SFX(name)
+
+/* -- GELU --------------------------------------------------------------------------- */
+/* tanh form as x * sigmoid(2u): 0.5(1 + tanh u) = sigmoid(2u) exactly, and the sigmoid
+ * form neither cancels for negative x nor needs a tanh the compiler cannot vectorise. */
+RIFT_CLONES static void F(gelu_chunk)(const T *x, T *y, int64_t n, int approx) {
+    const T c = (T)0.7978845608028654, a = (T)0.044715;
+    if (approx) {
+        RIFT_SIMD
+        for (int64_t i = 0; i < n; i++) {
+            T xi = x[i];
+            T u = c * (xi + a * (xi * xi * xi));
+            y[i] = xi / ((T)1 + RIFT_EXP((T)-2 * u));
+        }
+    } else {
+        for (int64_t i = 0; i < n; i++)
+            y[i] = (T)0.5 * x[i] * ((T)1 + RIFT_ERF(x[i] * (T)0.7071067811865476));
+    }
+}
+
+RIFT_CLONES static void F(gelu_bwd_chunk)(const T *dy, const T *x, T *dx, int64_t n, int approx) {
+    const T c = (T)0.7978845608028654, a = (T)0.044715;
+    if (approx) {
+        RIFT_SIMD
+        for (int64_t i = 0; i < n; i++) {
+            T xi = x[i];
+            T u = c * (xi + a * (xi * xi * xi));
+            T s = (T)1 / ((T)1 + RIFT_EXP((T)-2 * u)); /* 0.5 (1 + tanh u) */
+            T du = c * ((T)1 + (T)3 * a * xi * xi);
+            /* 0.5 x (1 - tanh^2 u) du = 2 x s (1 - s) du */
+            dx[i] = dy[i] * (s + (T)2 * xi * s * ((T)1 - s) * du);
+        }
+    } else {
+        for (int64_t i = 0; i < n; i++) {
+            T xi = x[i];
+            T cdf = (T)0.5 * ((T)1 + RIFT_ERF(xi * (T)0.7071067811865476));
+            T pdf = RIFT_EXP((T)-0.5 * xi * xi) * (T)0.3989422804014327;
+            dx[i] = dy[i] * (cdf + xi * pdf);
+        }
+    }
+}
+
+void F(gelu)(const T *x, T *y, int64_t n, int approx) {
+    int64_t chunks = (n + RIFT_CHUNK - 1) / RIFT_CHUNK;
+    RIFT_PRAGMA(omp parallel for schedule(static) if (n > RIFT_PAR_MIN))
+    for (int64_t c = 0; c < chunks; c++) {
+        int64_t lo = c * RIFT_CHUNK, hi = lo + RIFT_CHUNK < n ? lo + RIFT_CHUNK : n;
+        F(gelu_chunk)(x + lo, y + lo, hi - lo, approx);
+    }
+}
+
+void F(gelu_backward)(const T *dy, const T *x, T *dx, int64_t n, int approx) {
+    int64_t chunks = (n + RIFT_CHUNK - 1) / RIFT_CHUNK;
+    RIFT_PRAGMA(omp parallel for schedule(static) if (n > RIFT_PAR_MIN))
+    for (int64_t c = 0; c < chunks; c++) {
+        int64_t lo = c * RIFT_CHUNK, hi = lo + RIFT_CHUNK < n ? lo + RIFT_CHUNK : n;
+        F(gelu_bwd_chunk)(dy + lo, x + lo, dx + lo, hi - lo, approx);
+    }
+}
+
+/* -- softmax ------------------------------------------------------------------------ */
+/* y = exp(x - max) / sum. An all -inf row gives (-inf) - (-inf) = NaN, as the math says. */
+RIFT_CLONES static void F(softmax_row)(const T *x, T *y, int64_t n) {
+    T m = -INFINITY;
+    RIFT_SIMD_MAX(m)
+    for (int64_t j = 0; j < n; j++) m = x[j] > m ? x[j] : m;
+    T s = 0;
+    RIFT_SIMD_SUM(s)
+    for (int64_t j = 0; j < n; j++) {
+        T e = RIFT_EXP(x[j] - m);
+        y[j] = e;
+        s += e;
+    }
+    T inv = (T)1 / s;
+    RIFT_SIMD
+    for (int64_t j = 0; j < n; j++) y[j] *= inv;
+}
+
+RIFT_CLONES static void F(softmax_bwd_row)(const T *dy, const T *y, T *dx, int64_t n) {
+    T s = 0;
+    RIFT_SIMD_SUM(s)
+    for (int64_t j = 0; j < n; j++) s += dy[j] * y[j];
+    RIFT_SIMD
+    for (int64_t j = 0; j < n; j++) dx[j] = y[j] * (dy[j] - s);
+}
+
+void F(softmax)(const T *x, T *y, int64_t rows, int64_t cols) {
+    RIFT_PRAGMA(omp parallel for schedule(static) if (rows * cols > RIFT_PAR_ROWS))
+    for (int64_t r = 0; r < rows; r++) F(softmax_row)(x + r * cols, y + r * cols, cols);
+}
+
+void F(softmax_backward)(const T *dy, const T *y, T *dx, int64_t rows, int64_t cols) {
+    RIFT_PRAGMA(omp parallel for schedule(static) if (rows * cols > RIFT_PAR_ROWS))
+    for (int64_t r = 0; r < rows; r++)
+        F(softmax_bwd_row)(dy + r * cols, y + r * cols, dx + r * cols, cols);
+}
+
+/* -- LayerNorm ---------------------------------------------------------------------- */
+RIFT_CLONES static void F(ln_row)(const T *x, const T *g, const T *b, T *y, T *mean, T *rstd,
+                                  int64_t n, T eps) {
+    T s = 0;
+    RIFT_SIMD_SUM(s)
+    for (int64_t j = 0; j < n; j++) s += x[j];
+    T mu = s / (T)n;
+    T v = 0;
+    RIFT_SIMD_SUM(v)
+    for (int64_t j = 0; j < n; j++) v += (x[j] - mu) * (x[j] - mu);
+    T r = (T)1 / RIFT_SQRT(v / (T)n + eps);
+    RIFT_SIMD
+    for (int64_t j = 0; j < n; j++) y[j] = (x[j] - mu) * r * g[j] + b[j];
+    *mean = mu;
+    *rstd = r;
+}
+
+void F(layer_norm)(const T *x, const T *g, const T *b, T *y, T *mean, T *rstd, int64_t rows,
+                   int64_t cols, double eps) {
+    RIFT_PRAGMA(omp parallel for schedule(static) if (rows * cols > RIFT_PAR_ROWS))
+    for (int64_t r = 0; r < rows; r++)
+        F(ln_row)(x + r * cols, g, b, y + r * cols, mean + r, rstd + r, cols, (T)eps);
+}
+
+/* dx for rows [lo, hi) and this block's partial dgamma, dbeta (in row order). */
+RIFT_CLONES static void F(ln_bwd_rows)(const T *dy, const T *x, const T *g, const T *mean,
+                                       const T *rstd, T *dx, T *pg, T *pb, int64_t lo,
+                                       int64_t hi, int64_t n) {
+    for (int64_t j = 0; j < n; j++) pg[j] = pb[j] = 0;
+    for (int64_t r = lo; r < hi; r++) {
+        const T *dyr = dy + r * n, *xr = x + r * n;
+        T *dxr = dx + r * n;
+        T mu = mean[r], rs = rstd[r], s1 = 0, s2 = 0;
+        RIFT_SIMD_SUM(s1)
+        for (int64_t j = 0; j < n; j++) s1 += dyr[j] * g[j];
+        RIFT_PRAGMA(omp simd reduction(+ : s2))
+        for (int64_t j = 0; j < n; j++) s2 += dyr[j] * g[j] * ((xr[j] - mu) * rs);
+        T m1 = s1 / (T)n, m2 = s2 / (T)n;
+        RIFT_SIMD
+        for (int64_t j = 0; j < n; j++) {
+            T xh = (xr[j] - mu) * rs;
+            dxr[j] = rs * (dyr[j] * g[j] - m1 - xh * m2);
+            pg[j] += dyr[j] * xh;
+            pb[j] += dyr[j];
+        }
+    }
+}
+
+RIFT_CLONES static void F(sum_blocks)(const T *part, T *out, int64_t blocks, int64_t stride,
+                                      int64_t lo, int64_t hi) {
+    for (int64_t j = lo; j < hi; j++) out[j] = 0;
+    for (int64_t k = 0; k < blocks; k++) {
+        const T *p = part + k * stride;
+        RIFT_SIMD
+        for (int64_t j = lo; j < hi; j++) out[j] += p[j];
+    }
+}
+
+/* Returns 0, or -1 when scratch memory could not be allocated. */
+int F(layer_norm_backward)(const T *dy, const T *x, const T *g, const T *mean, const T *rstd,
+                           T *dx, T *dg, T *db, int64_t rows, int64_t cols) {
+    int64_t blocks = (rows + RIFT_LN_ROWS - 1) / RIFT_LN_ROWS;
+    if (blocks == 0) blocks = 1;
+    T *part = (T *)rift_alloc(sizeof(T) * (size_t)(2 * blocks * cols));
+    if (!part) return -1;
+    if (rows == 0) memset(part, 0, sizeof(T) * (size_t)(2 * cols));
+    RIFT_PRAGMA(omp parallel for schedule(static) if (rows * cols > RIFT_PAR_ROWS))
+    for (int64_t k = 0; k < blocks; k++) {
+        int64_t lo = k * RIFT_LN_ROWS, hi = lo + RIFT_LN_ROWS < rows ? lo + RIFT_LN_ROWS : rows;
+        F(ln_bwd_rows)(dy, x, g, mean, rstd, dx, part + 2 * k * cols, part + (2 * k + 1) * cols,
+                       lo, hi, cols);
+    }
+    F(sum_blocks)(part, dg, blocks, 2 * cols, 0, cols);
+    F(sum_blocks)(part + cols, db, blocks, 2 * cols, 0, cols);
+    free(part);
+    return 0;
+}
+
+/* -- embedding ---------------------------------------------------------------------- */
+void F(embedding)(const T *table, const int64_t *ids, T *out, int64_t n, int64_t cols) {
+    RIFT_PRAGMA(omp parallel for schedule(static) if (n * cols > RIFT_PAR_ROWS))
+    for (int64_t i = 0; i < n; i++)
+        memcpy(out + i * cols, table + ids[i] * cols, sizeof(T) * (size_t)cols);
+}
+
+/* Each thread owns a range of columns and walks the ids in order: no races, and every
+ * output element sums its rows in index order whatever the thread count. */
+RIFT_CLONES static void F(emb_bwd_cols)(const T *dy, const int64_t *ids, T *out, int64_t n,
+                                        int64_t cols, int64_t lo, int64_t hi) {
+    for (int64_t i = 0; i < n; i++) {
+        const T *d = dy + i * cols;
+        T *o = out + ids[i] * cols;
+        RIFT_SIMD
+        for (int64_t j = lo; j < hi; j++) o[j] += d[j];
+    }
+}
+
+void F(embedding_backward)(const T *dy, const int64_t *ids, T *out, int64_t n, int64_t V,
+                           int64_t cols) {
+    memset(out, 0, sizeof(T) * (size_t)(V * cols));
+    int64_t parts = cols >= 64 ? cols / 32 : 1;
+    if (parts > 64) parts = 64;
+    RIFT_PRAGMA(omp parallel for schedule(static) if (n * cols > RIFT_PAR_ROWS))
+    for (int64_t p = 0; p < parts; p++)
+        F(emb_bwd_cols)(dy, ids, out, n, cols, p * cols / parts, (p + 1) * cols / parts);
+}
+
+/* -- cross-entropy ------------------------------------------------------------------ */
+RIFT_CLONES static T F(lse_row)(const T *x, int64_t n) {
+    T m = -INFINITY;
+    RIFT_SIMD_MAX(m)
+    for (int64_t j = 0; j < n; j++) m = x[j] > m ? x[j] : m;
+    T s = 0;
+    RIFT_SIMD_SUM(s)
+    for (int64_t j = 0; j < n; j++) s += RIFT_EXP(x[j] - m);
+    return m + RIFT_LOG(s);
+}
+
+void F(cross_entropy)(const T *logits, const int64_t *t, T *loss, T *lse, int64_t n, int64_t V) {
+    RIFT_PRAGMA(omp parallel for schedule(static) if (n * V > RIFT_PAR_ROWS))
+    for (int64_t i = 0; i < n; i++) {
+        T l = F(lse_row)(logits + i * V, V);
+        lse[i] = l;
+        loss[i] = t[i] < 0 ? (T)0 : l - logits[i * V + t[i]];
+    }
+}
+
+RIFT_CLONES static void F(ce_bwd_row)(const T *x, T *g, int64_t n, T l, T scale) {
+    RIFT_SIMD
+    for (int64_t j = 0; j < n; j++) g[j] = RIFT_EXP(x[j] - l) * scale;
+}
+
+void F(cross_entropy_backward)(const T *dloss, int64_t dloss_stride, const T *logits,
+                               const int64_t *t, const T *lse, T *dl, int64_t n, int64_t V) {
+    RIFT_PRAGMA(omp parallel for schedule(static) if (n * V > RIFT_PAR_ROWS))
+    for (int64_t i = 0; i < n; i++) {
+        T *g = dl + i * V;
+        if (t[i] < 0) {
+            memset(g, 0, sizeof(T) * (size_t)V);
+            continue;
+        }
+        T s = dloss[i * dloss_stride];
+        F(ce_bwd_row)(logits + i * V, g, V, lse[i], s);
+        g[t[i]] -= s;
+    }
+}
+
+/* -- AdamW -------------------------------------------------------------------------- */
+RIFT_CLONES static void F(adam_chunk)(T *p, const T *g, T *m, T *v, int64_t n, T lr, T b1,
+                                      T b2, T eps, T wd, T bc1, T bc2) {
+    RIFT_SIMD
+    for (int64_t i = 0; i < n; i++) {
+        T gi = g[i];
+        T mi = b1 * m[i] + ((T)1 - b1) * gi;
+        T vi = b2 * v[i] + ((T)1 - b2) * gi * gi;
+        m[i] = mi;
+        v[i] = vi;
+        T upd = (mi / bc1) / (RIFT_SQRT(vi / bc2) + eps);
+        p[i] = p[i] - lr * (upd + wd * p[i]);
+    }
+}
+
+void F(adam_update)(T *p, const T *g, T *m, T *v, int64_t n, double lr, double b1, double b2,
+                    double eps, double wd, double bc1, double bc2) {
+    int64_t chunks = (n + RIFT_CHUNK - 1) / RIFT_CHUNK;
+    RIFT_PRAGMA(omp parallel for schedule(static) if (n > RIFT_PAR_ROWS))
+    for (int64_t c = 0; c < chunks; c++) {
+        int64_t lo = c * RIFT_CHUNK, hi = lo + RIFT_CHUNK < n ? lo + RIFT_CHUNK : n;
+        F(adam_chunk)(p + lo, g + lo, m + lo, v + lo, hi - lo, (T)lr, (T)b1, (T)b2, (T)eps,
+                      (T)wd, (T)bc1, (T)bc2);
+    }
+}
+
+/* -- matmul through the host BLAS, split over our threads --------------------------- */
+/* `fn` is a cblas_?gemm with 64-bit integers (numpy's bundled OpenBLAS), which the caller
+ * runs single-threaded: each OpenMP thread computes a band of output rows with one call.
+ * Our team sleeps when idle (OMP_WAIT_POLICY=passive), where BLAS threads spin, so on a
+ * busy machine a band that loses its core delays only itself. */
+typedef void (*F(cblas_gemm_t))(int, int, int, int64_t, int64_t, int64_t, T, const T *, int64_t,
+                                const T *, int64_t, T, T *, int64_t);
+
+void F(blas_matmul)(void *fn, int ta, int tb, int64_t M, int64_t N, int64_t K, const T *A,
+                    int64_t lda, const T *B, int64_t ldb, T *C, int64_t ldc) {
+    F(cblas_gemm_t) gemm = (F(cblas_gemm_t))fn;
+    int64_t bands = rift_num_threads();
+    if (M * N * K < 4 * 65536 || M < 32) bands = 1;
+    if (bands > M / 16) bands = M / 16 > 0 ? M / 16 : 1;
+    RIFT_PRAGMA(omp parallel for schedule(static) if (bands > 1))
+    for (int64_t c = 0; c < bands; c++) {
+        int64_t lo = M * c / bands, hi = M * (c + 1) / bands;
+        const T *a = ta ? A + lo : A + lo * lda; /* op(A) row i is column i of a stored A^T */
+        gemm(101, ta ? 112 : 111, tb ? 112 : 111, hi - lo, N, K, (T)1, a, lda, B, ldb, (T)0,
+             C + lo * ldc, ldc);
+    }
+}
+
+#include "kernels_attention.c"
+
+#undef T
+#undef F
+#endif

@@ -1,0 +1,354 @@
+/* Attention kernels for one dtype; included by kernels.c with T and F(name) defined.
+ *
+ * q, k, v, dout and out arrive as views [B, H, T, D] with a contiguous last axis and any
+ * strides (elements) for b, h, t, passed as st[0..2] per tensor: the model's permuted
+ * heads reach the kernel without a copy. Results are dense. Work is split over B*H (one
+ * (b, h) per task); each task owns its slices of dq, dk and dv, so nothing races and the
+ * summation order never depends on the thread count.
+ *
+ * Every product goes through one small register-blocked GEMM (4 rows x 64 bytes of
+ * columns held in registers across the K loop). Causal work is cut at the diagonal in
+ * stripes of 4 query rows (materialised) or tiles of RIFT_QB rows x RIFT_FLASH_BLOCK
+ * keys (flash, whose scratch is one such tile: never a T x T buffer).
+ */
+
+#define RIFT_AT(p, st, b, h) ((p) + (b) * (st)[0] + (h) * (st)[1])
+#define RIFT_MR 4
+#define RIFT_NR ((int)(64 / sizeof(T)))
+#define RIFT_QB 16
+
+/* Rows [0, M) x columns [j0, N) of the GEMM below, in axpy form (vectorised over n). */
+RIFT_CLONES static void F(gemm_edge)(int64_t M, int64_t j0, int64_t N, int64_t K, const T *A,
+                                     int64_t ai, int64_t ak, const T *B, int64_t ldb, T *C,
+                                     int64_t ldc, int accumulate) {
+    for (int64_t r = 0; r < M; r++) {
+        T *o = C + r * ldc;
+        if (!accumulate)
+            for (int64_t j = j0; j < N; j++) o[j] = 0;
+        for (int64_t k = 0; k < K; k++) {
+            T x = A[r * ai + k * ak];
+            const T *b = B + k * ldb;
+            RIFT_SIMD
+            for (int64_t j = j0; j < N; j++) o[j] += x * b[j];
+        }
+    }
+}
+
+/* C[M x N] (=, or += when accumulate) A[M x K] B[K x N] with A(i, k) = A[i*ai + k*ak]
+ * (so a transposed A costs nothing), B(k, n) = B[k*ldb + n], C(i, n) = C[i*ldc + n]. */
+RIFT_CLONES static void F(gemm)(int64_t M, int64_t N, int64_t K, const T *A, int64_t ai,
+                                int64_t ak, const T *B, int64_t ldb, T *C, int64_t ldc,
+                                int accumulate) {
+    int64_t i = 0;
+    for (; i + RIFT_MR <= M; i += RIFT_MR) {
+        const T *a0 = A + i * ai, *a1 = a0 + ai, *a2 = a1 + ai, *a3 = a2 + ai;
+        int64_t j = 0;
+        for (; j + RIFT_NR <= N; j += RIFT_NR) {
+            T c0[RIFT_NR], c1[RIFT_NR], c2[RIFT_NR], c3[RIFT_NR];
+            for (int jj = 0; jj < RIFT_NR; jj++) c0[jj] = c1[jj] = c2[jj] = c3[jj] = 0;
+            RIFT_PRAGMA(GCC unroll 1) /* unrolling K spills the accumulators */
+            for (int64_t k = 0; k < K; k++) {
+                const T *b = B + k * ldb + j;
+                T x0 = a0[k * ak], x1 = a1[k * ak], x2 = a2[k * ak], x3 = a3[k * ak];
+                for (int jj = 0; jj < RIFT_NR; jj++) {
+                    c0[jj] += x0 * b[jj];
+                    c1[jj] += x1 * b[jj];
+                    c2[jj] += x2 * b[jj];
+                    c3[jj] += x3 * b[jj];
+                }
+            }
+            T *o = C + i * ldc + j;
+            if (accumulate) {
+                for (int jj = 0; jj < RIFT_NR; jj++) {
+                    o[jj] += c0[jj];
+                    o[ldc + jj] += c1[jj];
+                    o[2 * ldc + jj] += c2[jj];
+                    o[3 * ldc + jj] += c3[jj];
+                }
+            } else {
+                for (int jj = 0; jj < RIFT_NR; jj++) {
+                    o[jj] = c0[jj];
+                    o[ldc + jj] = c1[jj];
+                    o[2 * ldc + jj] = c2[jj];
+                    o[3 * ldc + jj] = c3[jj];
+                }
+            }
+        }
+        if (j < N) F(gemm_edge)(RIFT_MR, j, N, K, a0, ai, ak, B, ldb, C + i * ldc, ldc, accumulate);
+    }
+    if (i < M)
+        F(gemm_edge)(M - i, 0, N, K, A + i * ai, ai, ak, B, ldb, C + i * ldc, ldc, accumulate);
+}
+
+static void F(transpose)(const T *x, int64_t xt, T *out, int64_t n, int64_t D) {
+    for (int64_t j = 0; j < n; j++)
+        for (int64_t d = 0; d < D; d++) out[d * n + j] = x[j * xt + d];
+}
+
+/* Softmax of scale * s[0..n) in place, zeros in [n, full). */
+RIFT_CLONES static void F(scaled_softmax)(T *s, int64_t n, int64_t full, T scale) {
+    T m = -INFINITY;
+    RIFT_SIMD_MAX(m)
+    for (int64_t j = 0; j < n; j++) {
+        s[j] *= scale;
+        m = s[j] > m ? s[j] : m;
+    }
+    T sum = 0;
+    RIFT_SIMD_SUM(sum)
+    for (int64_t j = 0; j < n; j++) {
+        T e = RIFT_EXP(s[j] - m);
+        s[j] = e;
+        sum += e;
+    }
+    T inv = (T)1 / sum;
+    RIFT_SIMD
+    for (int64_t j = 0; j < n; j++) s[j] *= inv;
+    for (int64_t j = n; j < full; j++) s[j] = 0;
+}
+
+static int64_t F(min64)(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/* Columns of a causal stripe rounded up to whole register tiles: the few extra masked
+ * scores are computed and then zeroed, which is cheaper than the scalar edge path. */
+static int64_t F(pad_cols)(int64_t cols, int64_t Tn) {
+    int64_t c = (cols + RIFT_NR - 1) / RIFT_NR * RIFT_NR;
+    return c < Tn ? c : Tn;
+}
+
+int F(attention)(const T *q, const T *k, const T *v, const int64_t *st, T *out, T *probs,
+                 int64_t B, int64_t H, int64_t Tn, int64_t D, double scale, int causal) {
+    int failed = 0;
+    RIFT_PRAGMA(omp parallel if (B * H * Tn * Tn * D > RIFT_PAR_MIN))
+    {
+        T *kt = (T *)rift_alloc(sizeof(T) * (size_t)(D * Tn));
+        if (!kt) failed = 1;
+        RIFT_PRAGMA(omp for schedule(static))
+        for (int64_t bh = 0; bh < B * H; bh++) {
+            if (!kt) continue;
+            int64_t b = bh / H, h = bh % H;
+            const T *qb = RIFT_AT(q, st, b, h), *kb = RIFT_AT(k, st + 3, b, h);
+            const T *vb = RIFT_AT(v, st + 6, b, h);
+            T *ob = out + bh * Tn * D, *pb = probs + bh * Tn * Tn;
+            F(transpose)(kb, st[5], kt, Tn, D);
+            for (int64_t i0 = 0; i0 < Tn; i0 += RIFT_MR) {
+                int64_t m = F(min64)(RIFT_MR, Tn - i0);
+                int64_t cols = causal ? F(pad_cols)(i0 + m, Tn) : Tn;
+                T *p = pb + i0 * Tn;
+                F(gemm)(m, cols, D, qb + i0 * st[2], st[2], 1, kt, Tn, p, Tn, 0);
+                for (int64_t r = 0; r < m; r++)
+                    F(scaled_softmax)(p + r * Tn, causal ? i0 + r + 1 : Tn, Tn, (T)scale);
+                F(gemm)(m, D, cols, p, Tn, 1, vb, st[8], ob + i0 * D, D, 0);
+            }
+        }
+        free(kt);
+    }
+    return failed ? -1 : 0;
+}
+
+/* True when every probability above the diagonal is exactly 0 (a causal mask): the
+ * backward then skips those terms, which are exact zeros for finite inputs. */
+static int F(lower_triangular)(const T *p, int64_t Tn) {
+    for (int64_t i = 0; i < Tn; i++)
+        for (int64_t j = i + 1; j < Tn; j++)
+            if (p[i * Tn + j] != 0) return 0;
+    return 1;
+}
+
+int F(attention_backward)(const T *dout, const T *q, const T *k, const T *v, const int64_t *st,
+                          const T *probs, T *dq, T *dk, T *dv, int64_t B, int64_t H,
+                          int64_t Tn, int64_t D, double scale) {
+    int failed = 0;
+    RIFT_PRAGMA(omp parallel if (B * H * Tn * Tn * D > RIFT_PAR_MIN))
+    {
+        T *vt = (T *)rift_alloc(sizeof(T) * (size_t)(D * Tn + Tn * Tn));
+        if (!vt) failed = 1;
+        RIFT_PRAGMA(omp for schedule(static))
+        for (int64_t bh = 0; bh < B * H; bh++) {
+            if (!vt) continue;
+            int64_t b = bh / H, h = bh % H;
+            const T *dob = RIFT_AT(dout, st, b, h), *qb = RIFT_AT(q, st + 3, b, h);
+            const T *kb = RIFT_AT(k, st + 6, b, h), *vb = RIFT_AT(v, st + 9, b, h);
+            int64_t dt = st[2], qt = st[5], kst = st[8];
+            const T *pb = probs + bh * Tn * Tn;
+            T *dqb = dq + bh * Tn * D, *dkb = dk + bh * Tn * D, *dvb = dv + bh * Tn * D;
+            T *ds = vt + D * Tn;
+            int tri = F(lower_triangular)(pb, Tn);
+            F(transpose)(vb, st[11], vt, Tn, D);
+            for (int64_t j0 = 0; j0 < Tn; j0 += RIFT_MR) { /* dV = P^T dO */
+                int64_t m = F(min64)(RIFT_MR, Tn - j0), k0 = tri ? j0 : 0;
+                F(gemm)(m, D, Tn - k0, pb + k0 * Tn + j0, 1, Tn, dob + k0 * dt, dt,
+                        dvb + j0 * D, D, 0);
+            }
+            for (int64_t i0 = 0; i0 < Tn; i0 += RIFT_MR) { /* dS, then dQ = scale dS K */
+                int64_t m = F(min64)(RIFT_MR, Tn - i0), cols = tri ? F(pad_cols)(i0 + m, Tn) : Tn;
+                T *dsr = ds + i0 * Tn;
+                F(gemm)(m, cols, D, dob + i0 * dt, dt, 1, vt, Tn, dsr, Tn, 0);
+                for (int64_t r = 0; r < m; r++) {
+                    const T *p = pb + (i0 + r) * Tn;
+                    T *d = dsr + r * Tn, rs = 0;
+                    int64_t n = tri ? i0 + r + 1 : Tn;
+                    RIFT_SIMD_SUM(rs)
+                    for (int64_t j = 0; j < n; j++) rs += p[j] * d[j];
+                    RIFT_SIMD
+                    for (int64_t j = 0; j < n; j++) d[j] = (T)scale * (p[j] * (d[j] - rs));
+                    for (int64_t j = n; j < Tn; j++) d[j] = 0;
+                }
+                F(gemm)(m, D, cols, dsr, Tn, 1, kb, kst, dqb + i0 * D, D, 0);
+            }
+            for (int64_t j0 = 0; j0 < Tn; j0 += RIFT_MR) { /* dK = scale dS^T Q */
+                int64_t m = F(min64)(RIFT_MR, Tn - j0), k0 = tri ? j0 : 0;
+                F(gemm)(m, D, Tn - k0, ds + k0 * Tn + j0, 1, Tn, qb + k0 * qt, qt,
+                        dkb + j0 * D, D, 0);
+            }
+        }
+        free(vt);
+    }
+    return failed ? -1 : 0;
+}
+
+/* -- flash: key blocks with an online softmax; scratch is one RIFT_QB x block tile ---- */
+/* One row of a score tile: mask past `valid`, rescale the running (max m, sum l, acc o)
+ * to the new max, and leave the block's unnormalised probabilities in s. A fully masked
+ * prefix keeps m = -inf without producing NaN. */
+RIFT_CLONES static void F(online_row)(T *s, int64_t valid, int64_t n, T scale, T *m, T *l,
+                                      T *o, int64_t D) {
+    T bm = -INFINITY;
+    RIFT_SIMD_MAX(bm)
+    for (int64_t j = 0; j < valid; j++) {
+        s[j] *= scale;
+        bm = s[j] > bm ? s[j] : bm;
+    }
+    T mn = bm > *m ? bm : *m;
+    T safe = mn == -INFINITY ? (T)0 : mn;
+    T corr = *m == -INFINITY ? (T)0 : RIFT_EXP(*m - safe);
+    T ps = 0;
+    RIFT_SIMD_SUM(ps)
+    for (int64_t j = 0; j < valid; j++) {
+        s[j] = RIFT_EXP(s[j] - safe);
+        ps += s[j];
+    }
+    for (int64_t j = valid; j < n; j++) s[j] = 0;
+    *l = *l * corr + ps;
+    RIFT_SIMD
+    for (int64_t d = 0; d < D; d++) o[d] *= corr;
+    *m = mn;
+}
+
+static int64_t F(valid_keys)(int causal, int64_t i, int64_t j0, int64_t n) {
+    if (!causal) return n;
+    int64_t v = i + 1 - j0;
+    return v < 0 ? 0 : (v > n ? n : v);
+}
+
+int F(flash_attention)(const T *q, const T *k, const T *v, const int64_t *st, T *out, T *lse,
+                       int64_t B, int64_t H, int64_t Tn, int64_t D, double scale, int causal) {
+    const int64_t BK = RIFT_FLASH_BLOCK;
+    int failed = 0;
+    RIFT_PRAGMA(omp parallel if (B * H * Tn * Tn * D > RIFT_PAR_MIN))
+    {
+        T *kt = (T *)rift_alloc(sizeof(T) * (size_t)(D * Tn + RIFT_QB * (BK + 2)));
+        if (!kt) failed = 1;
+        RIFT_PRAGMA(omp for schedule(static))
+        for (int64_t bh = 0; bh < B * H; bh++) {
+            if (!kt) continue;
+            int64_t b = bh / H, h = bh % H;
+            const T *qb = RIFT_AT(q, st, b, h), *kb = RIFT_AT(k, st + 3, b, h);
+            const T *vb = RIFT_AT(v, st + 6, b, h);
+            int64_t qt = st[2], vst = st[8];
+            T *s = kt + D * Tn, *mx = s + RIFT_QB * BK, *l = mx + RIFT_QB;
+            F(transpose)(kb, st[5], kt, Tn, D);
+            for (int64_t i0 = 0; i0 < Tn; i0 += RIFT_QB) {
+                int64_t mq = F(min64)(RIFT_QB, Tn - i0), end = causal ? i0 + mq : Tn;
+                T *o = out + (bh * Tn + i0) * D;
+                memset(o, 0, sizeof(T) * (size_t)(mq * D));
+                for (int64_t r = 0; r < mq; r++) mx[r] = -INFINITY, l[r] = 0;
+                for (int64_t j0 = 0; j0 < end; j0 += BK) {
+                    int64_t n = F(min64)(BK, end - j0);
+                    F(gemm)(mq, n, D, qb + i0 * qt, qt, 1, kt + j0, Tn, s, BK, 0);
+                    for (int64_t r = 0; r < mq; r++)
+                        F(online_row)(s + r * BK, F(valid_keys)(causal, i0 + r, j0, n), n,
+                                      (T)scale, mx + r, l + r, o + r * D, D);
+                    F(gemm)(mq, D, n, s, BK, 1, vb + j0 * vst, vst, o, D, 1);
+                }
+                for (int64_t r = 0; r < mq; r++) {
+                    for (int64_t d = 0; d < D; d++) o[r * D + d] /= l[r];
+                    lse[bh * Tn + i0 + r] = mx[r] + RIFT_LOG(l[r]);
+                }
+            }
+        }
+        free(kt);
+    }
+    return failed ? -1 : 0;
+}
+
+/* dS tile from the rebuilt probabilities: p = exp(scale s - lse) (0 when masked), then
+ * ds = scale p (dp - rowsum(dO * O)). */
+RIFT_CLONES static void F(flash_ds_row)(T *p, T *dp, int64_t valid, int64_t n, T scale, T lse,
+                                        T di) {
+    RIFT_SIMD
+    for (int64_t j = 0; j < valid; j++) {
+        T pj = RIFT_EXP(p[j] * scale - lse);
+        p[j] = pj;
+        dp[j] = scale * (pj * (dp[j] - di));
+    }
+    for (int64_t j = valid; j < n; j++) p[j] = dp[j] = 0;
+}
+
+int F(flash_attention_backward)(const T *dout, const T *q, const T *k, const T *v, const T *out,
+                                const int64_t *st, const T *lse, T *dq, T *dk, T *dv,
+                                int64_t B, int64_t H, int64_t Tn, int64_t D, double scale,
+                                int causal) {
+    const int64_t BK = RIFT_FLASH_BLOCK;
+    int failed = 0;
+    RIFT_PRAGMA(omp parallel if (B * H * Tn * Tn * D > RIFT_PAR_MIN))
+    {
+        T *kt = (T *)rift_alloc(sizeof(T) * (size_t)(2 * D * Tn + RIFT_QB * (2 * BK + 1)));
+        if (!kt) failed = 1;
+        RIFT_PRAGMA(omp for schedule(static))
+        for (int64_t bh = 0; bh < B * H; bh++) {
+            if (!kt) continue;
+            int64_t b = bh / H, h = bh % H;
+            const T *dob = RIFT_AT(dout, st, b, h), *qb = RIFT_AT(q, st + 3, b, h);
+            const T *kb = RIFT_AT(k, st + 6, b, h), *vb = RIFT_AT(v, st + 9, b, h);
+            const T *ob = RIFT_AT(out, st + 12, b, h);
+            int64_t dt = st[2], qt = st[5], kst = st[8], ot = st[14];
+            T *vt = kt + D * Tn, *p = vt + D * Tn, *dp = p + RIFT_QB * BK, *di = dp + RIFT_QB * BK;
+            T *dqb = dq + bh * Tn * D, *dkb = dk + bh * Tn * D, *dvb = dv + bh * Tn * D;
+            F(transpose)(kb, kst, kt, Tn, D);
+            F(transpose)(vb, st[11], vt, Tn, D);
+            memset(dkb, 0, sizeof(T) * (size_t)(Tn * D));
+            memset(dvb, 0, sizeof(T) * (size_t)(Tn * D));
+            memset(dqb, 0, sizeof(T) * (size_t)(Tn * D));
+            for (int64_t i0 = 0; i0 < Tn; i0 += RIFT_QB) {
+                int64_t mq = F(min64)(RIFT_QB, Tn - i0), end = causal ? i0 + mq : Tn;
+                for (int64_t r = 0; r < mq; r++) { /* rowsum(dO * O) */
+                    const T *a = dob + (i0 + r) * dt, *c = ob + (i0 + r) * ot;
+                    T acc = 0;
+                    RIFT_SIMD_SUM(acc)
+                    for (int64_t d = 0; d < D; d++) acc += a[d] * c[d];
+                    di[r] = acc;
+                }
+                for (int64_t j0 = 0; j0 < end; j0 += BK) {
+                    int64_t n = F(min64)(BK, end - j0);
+                    F(gemm)(mq, n, D, qb + i0 * qt, qt, 1, kt + j0, Tn, p, BK, 0);
+                    F(gemm)(mq, n, D, dob + i0 * dt, dt, 1, vt + j0, Tn, dp, BK, 0);
+                    for (int64_t r = 0; r < mq; r++)
+                        F(flash_ds_row)(p + r * BK, dp + r * BK,
+                                        F(valid_keys)(causal, i0 + r, j0, n), n, (T)scale,
+                                        lse[bh * Tn + i0 + r], di[r]);
+                    /* dV += P^T dO, dQ += dS K, dK += dS^T Q (scale is inside dS) */
+                    F(gemm)(n, D, mq, p, 1, BK, dob + i0 * dt, dt, dvb + j0 * D, D, 1);
+                    F(gemm)(mq, D, n, dp, BK, 1, kb + j0 * kst, kst, dqb + i0 * D, D, 1);
+                    F(gemm)(n, D, mq, dp, 1, BK, qb + i0 * qt, qt, dkb + j0 * D, D, 1);
+                }
+            }
+        }
+        free(kt);
+    }
+    return failed ? -1 : 0;
+}
+
+#undef RIFT_AT
+#undef RIFT_MR
+#undef RIFT_NR
+#undef RIFT_QB
