@@ -30,7 +30,6 @@ def cpu_model() -> str:
 
 def machine() -> dict[str, Any]:
     import numpy as np
-
     import riftco
 
     return {

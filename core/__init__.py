@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from importlib import metadata as _metadata
 
+from . import autograd, optim  # noqa: E402  (after Tensor: autograd builds on it)
 from . import tensor_ops as ops
+from .autograd import Variable, no_grad  # noqa: E402
 from .backend import PROTOCOL_VERSION, Backend, BackendBase, Capabilities, DeviceInfo
 from .creation import arange, full, ones, randn, tensor, zeros
 from .device import Device, default_device, device, get_default_device
@@ -31,9 +33,6 @@ from .errors import (
 from .hookspecs import hookimpl, hookspec
 from .plugins import get_registry, register
 from .tensor import Tensor
-
-from . import autograd, optim  # noqa: E402  (after Tensor: autograd builds on it)
-from .autograd import Variable, no_grad  # noqa: E402
 
 try:
     __version__ = _metadata.version("riftco")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 import riftco
 from riftco.autograd import Variable
 from riftco.nn import GPT, GPTConfig

@@ -55,6 +55,4 @@ def program_source(
     # prelude) uses T as a template parameter name, which a prior #define T would break.
     types = [f"#define T {c_type(dtype)}", f"#define IDX {c_type(index_dtype or np.int32)}"]
     types += [f"#define {key} {value}" for key, value in (defines or {}).items()]
-    return "\n".join(
-        [*head, shader_text("prelude.h"), *types, shader_text(f"{family}.cl")]
-    )
+    return "\n".join([*head, shader_text("prelude.h"), *types, shader_text(f"{family}.cl")])
