@@ -118,7 +118,7 @@ def test_cpu_passes_quick_full_run(tmp_path: Path) -> None:
     assert report["backend"] == "cpu" and report["protocol_version"] == [1, 0]
     assert report["riftco_version"] == riftco.__version__
     cases = _cases(report)
-    assert cases["model/tiny_transformer"]["status"] == "skip"
+    assert cases["model/tiny_transformer"]["status"] == "pass"
     assert all(c["reason"] for c in cases.values() if c["status"] == "skip")
     ops = {c["op"] for c in cases.values()}
     assert set(riftco.backend.FUSED_OPS) <= ops
