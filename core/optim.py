@@ -167,21 +167,45 @@ class AdamW:
         self.weight_decay = float(state.get("weight_decay", self.weight_decay))
 
 
-def clip_grad_norm(params: Iterable[Variable], max_norm: float) -> float:
-    """Scale all gradients so their global L2 norm is at most ``max_norm``; return the norm.
+def clip_grad_norm(params: Iterable[Variable], max_norm: float) -> Tensor:
+    """Scale all gradients so their global L2 norm is at most ``max_norm``.
 
-    The squared norms are summed on the device; one scalar per backend and dtype (normally
-    exactly one) is downloaded."""
+    Returns the norm before clipping as a 0-d Tensor; call ``.item()`` to read it. When
+    every gradient lives on one backend in one dtype (a training run), the norm, the scale
+    ``max_norm / max(norm + 1e-6, max_norm)`` and the rescaling all stay on the device: no
+    download, so a GPU step never waits on the host here. Gradients spread over several
+    backends or dtypes need their partial norms summed on the host (one download each).
+    """
     grads = [p for p in params if p.grad is not None]
+    if not grads:
+        return _host_scalar()
     totals: dict[tuple[int, Any], Tensor] = {}
     for p in grads:
         g = p.grad
         sq = ops.sum(ops.mul(g, g))
         key = (id(g.backend), g.dtype)
         totals[key] = sq if key not in totals else ops.add(totals[key], sq)
-    norm = math.sqrt(sum(float(t.item()) for t in totals.values()))
-    scale = float(max_norm) / (norm + 1e-6)
-    if scale < 1.0:
-        for p in grads:
-            p.grad = ops.mul_scalar(p.grad, scale)
+    if len(totals) > 1:
+        norm_value = math.sqrt(sum(float(t.item()) for t in totals.values()))
+        scale = float(max_norm) / (norm_value + 1e-6)
+        if scale < 1.0:
+            for p in grads:
+                p.grad = ops.mul_scalar(p.grad, scale)
+        return _host_scalar(norm_value)
+    (total,) = totals.values()
+    norm = ops.sqrt(total)  # 0-d, on the device
+    limit = total.backend.allocate((), total.dtype)
+    total.backend.fill(limit, float(max_norm))
+    # scale = max_norm / max(norm + eps, max_norm): exactly 1 below the limit
+    scale = ops.div(limit, ops.maximum(ops.add_scalar(norm, 1e-6), limit))
+    for p in grads:
+        s = scale.reshape((1,) * p.grad.ndim).broadcast_to(p.grad.shape)
+        p.grad = ops.mul(p.grad, s)
     return norm
+
+
+def _host_scalar(value: float = 0.0) -> Tensor:
+    """A 0-d float64 cpu tensor: the norm when it had to be summed on the host."""
+    from .creation import tensor
+
+    return tensor(np.float64(value), device="cpu")
