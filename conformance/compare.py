@@ -57,6 +57,11 @@ class Comparison:
         }
 
 
+def _unusable(name: str, expected: np.ndarray, problem: str) -> Comparison:
+    """A result whose numbers cannot be compared at all: every element counts as wrong."""
+    return Comparison(name, expected.shape, -1, np.inf, np.inf, problem=problem)
+
+
 def compare(
     name: str, got: np.ndarray, expected: np.ndarray, tol: Tolerance, atol_scale: float = 1.0
 ) -> Comparison:
@@ -67,23 +72,9 @@ def compare(
     got = np.asarray(got)
     expected = np.asarray(expected)
     if got.shape != expected.shape:
-        return Comparison(
-            name,
-            expected.shape,
-            -1,
-            np.inf,
-            np.inf,
-            problem=f"shape {got.shape}, expected {expected.shape}",
-        )
+        return _unusable(name, expected, f"shape {got.shape}, expected {expected.shape}")
     if expected.dtype.kind in "iu" and got.dtype.kind not in "iu":
-        return Comparison(
-            name,
-            expected.shape,
-            -1,
-            np.inf,
-            np.inf,
-            problem=f"dtype {got.dtype}, expected an integer dtype",
-        )
+        return _unusable(name, expected, f"dtype {got.dtype}, expected an integer dtype")
     g = got.astype(np.float64)
     e = expected.astype(np.float64)
     if g.size == 0:

@@ -25,7 +25,7 @@ adding an optional fused op bumps the minor number.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
@@ -280,7 +280,11 @@ class BackendBase:
         return Capabilities(frozenset(cls.dtypes), fused, cls.accepts_strided)
 
     def wrap(
-        self, buffer: Any, shape: tuple[int, ...], dtype: np.dtype, release: Any = None
+        self,
+        buffer: Any,
+        shape: tuple[int, ...],
+        dtype: np.dtype,
+        release: Callable[[Any], None] | None = None,
     ) -> Tensor:
         """A dense Tensor of this backend around a buffer the backend just produced.
 

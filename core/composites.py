@@ -13,6 +13,7 @@ import math
 import numpy as np
 
 from . import tensor_ops as ops
+from .creation import full_like
 from .tensor import Tensor
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
@@ -20,12 +21,6 @@ _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 
 def _const(like: Tensor, array: np.ndarray) -> Tensor:
     return like.backend.from_numpy(np.ascontiguousarray(array, dtype=like.dtype))
-
-
-def _full(like: Tensor, shape: tuple[int, ...], value: float) -> Tensor:
-    out = like.backend.allocate(shape, like.dtype)
-    like.backend.fill(out, value)
-    return out
 
 
 def _bcast_last(stat: Tensor, shape: tuple[int, ...]) -> Tensor:
@@ -51,10 +46,9 @@ def _erf(x: Tensor) -> Tensor:
     for c in (a3, a2, a1):
         poly = ops.add_scalar(ops.mul(poly, t), c)
     poly = ops.mul(poly, t)
-    y = ops.sub(_full(x, x.shape, 1.0), ops.mul(poly, ops.exp(ops.neg(ops.mul(ax, ax)))))
-    sign = ops.sub(
-        ops.compare(x, _full(x, x.shape, 0.0), "ge"), ops.compare(x, _full(x, x.shape, 0.0), "lt")
-    )
+    y = ops.sub(full_like(x, 1.0), ops.mul(poly, ops.exp(ops.neg(ops.mul(ax, ax)))))
+    zero = full_like(x, 0.0)
+    sign = ops.sub(ops.compare(x, zero, "ge"), ops.compare(x, zero, "lt"))
     return ops.mul(y, sign)
 
 
@@ -177,7 +171,7 @@ def _scores(q: Tensor, k: Tensor, scale: float, causal: bool) -> Tensor:
         t = q.shape[-2]
         masked = np.triu(np.ones((t, t), dtype=bool), 1)
         mask = _const(s, masked).broadcast_to(s.shape)
-        s = ops.where(mask, _full(s, (1,) * s.ndim, -math.inf).broadcast_to(s.shape), s)
+        s = ops.where(mask, full_like(s, -math.inf, (1,) * s.ndim).broadcast_to(s.shape), s)
     return s
 
 

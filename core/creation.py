@@ -67,6 +67,17 @@ def full(
     return out
 
 
+def full_like(like: Tensor, value: float, shape: Sequence[int] | None = None) -> Tensor:
+    """``value`` everywhere, on ``like``'s backend and in its dtype (its shape by default).
+
+    A device fill with no upload and no validation: raw ops, composites and compiled
+    objectives use it for the constants they combine with an operand they already checked.
+    """
+    out = like.backend.allocate(like.shape if shape is None else tuple(shape), like.dtype)
+    like.backend.fill(out, float(value))
+    return out
+
+
 def zeros(
     shape: Sequence[int] | int, dtype: Any = float32, device: str | Device | None = None
 ) -> Tensor:

@@ -16,6 +16,15 @@ from . import tensor_ops as _ops
 from .backend import GELU_APPROXIMATIONS
 from .errors import DomainError, DTypeError, ShapeError
 from .tensor import Tensor
+from .validation import (
+    _float,
+    _index,
+    _rank,
+    _require_tensor,
+    _same_dtype,
+    _supported,
+    same_backend,
+)
 
 __all__ = [
     "gelu", "gelu_backward", "softmax", "softmax_backward", "layer_norm", "layer_norm_backward",
@@ -41,10 +50,10 @@ def _check(op: str, *xs: Tensor, index: Tensor | None = None) -> Any:
     has to share the backend here, its dtype and range are checked by ``_ids``."""
     every = xs if index is None else (*xs, index)
     for x in every:
-        _ops._require_tensor(op, x)
-    backend = _ops.same_backend(op, *every)
-    _ops._same_dtype(op, *xs)
-    _ops._float(op, *xs)
+        _require_tensor(op, x)
+    backend = same_backend(op, *every)
+    _same_dtype(op, *xs)
+    _float(op, *xs)
     return backend
 
 
@@ -125,8 +134,8 @@ def _ids(op: str, backend: Any, ids: Tensor, what: str, low: int, high: int) -> 
     On device backends reading the ids back would stall the queue on every step (the
     no-round-trip rule), so there the kernels carry the contract instead: they never read
     or write out of bounds, and rows with an out-of-range id come out as zeros."""
-    _ops._index(op, ids, what)
-    _ops._supported(op, backend, ids.dtype)
+    _index(op, ids, what)
+    _supported(op, backend, ids.dtype)
     if ids.size and isinstance(ids.storage.buffer, np.ndarray):
         host = ids.numpy()
         lo, hi = int(host.min()), int(host.max())
@@ -138,7 +147,7 @@ def _ids(op: str, backend: Any, ids: Tensor, what: str, low: int, high: int) -> 
 
 def embedding(table: Tensor, ids: Tensor) -> Tensor:
     backend = _check("embedding", table, index=ids)
-    _ops._rank("embedding", table, 2, "table")
+    _rank("embedding", table, 2, "table")
     _ids("embedding", backend, ids, "ids", 0, table.shape[0])
     return _dispatch("embedding", backend, table, ids)
 
@@ -146,7 +155,7 @@ def embedding(table: Tensor, ids: Tensor) -> Tensor:
 def embedding_backward(dy: Tensor, ids: Tensor, num_embeddings: int) -> Tensor:
     op = "embedding_backward"
     backend = _check(op, dy, index=ids)
-    _ops._index(op, ids, "ids")
+    _index(op, ids, "ids")
     _need_rank(op, dy, 1, "dy")
     if dy.shape[:-1] != ids.shape:
         raise ShapeError(f"[{op}] dy {dy.shape} must be ids.shape {ids.shape} + (C,)")
@@ -158,8 +167,8 @@ def embedding_backward(dy: Tensor, ids: Tensor, num_embeddings: int) -> Tensor:
 
 def cross_entropy(logits: Tensor, targets: Tensor) -> tuple[Tensor, Tensor]:
     backend = _check("cross_entropy", logits, index=targets)
-    _ops._rank("cross_entropy", logits, 2, "logits [N, V]")
-    _ops._index("cross_entropy", targets, "targets")
+    _rank("cross_entropy", logits, 2, "logits [N, V]")
+    _index("cross_entropy", targets, "targets")
     _shape_eq("cross_entropy", targets, logits.shape[:1], "targets")
     _ids("cross_entropy", backend, targets, "targets (-1 = ignored)", -1, logits.shape[1])
     return _dispatch("cross_entropy", backend, logits, targets)
@@ -170,8 +179,8 @@ def cross_entropy_backward(
 ) -> Tensor:
     op = "cross_entropy_backward"
     backend = _check(op, dloss_rows, logits, lse, index=targets)
-    _ops._rank(op, logits, 2, "logits [N, V]")
-    _ops._index(op, targets, "targets")
+    _rank(op, logits, 2, "logits [N, V]")
+    _index(op, targets, "targets")
     n = logits.shape[:1]
     for t, what in ((dloss_rows, "dloss_rows"), (targets, "targets"), (lse, "lse")):
         _shape_eq(op, t, n, what)
@@ -182,7 +191,7 @@ def cross_entropy_backward(
 # -- attention ------------------------------------------------------------------------------------
 def _qkv(op: str, q: Tensor, k: Tensor, v: Tensor) -> None:
     for t, what in ((q, "q"), (k, "k"), (v, "v")):
-        _ops._rank(op, t, 4, f"{what} [B, H, T, D]")
+        _rank(op, t, 4, f"{what} [B, H, T, D]")
     if not (q.shape == k.shape == v.shape):
         raise ShapeError(
             f"[{op}] q, k, v must share shape [B, H, T, D]; got {q.shape}, {k.shape}, {v.shape}"

@@ -117,7 +117,7 @@ class Registry:
             except Exception as exc:
                 reason = f"plugin {ep.name!r} ({ep.value}) failed to import: {_short_exc(exc)}"
                 if _strict():
-                    raise PluginError(reason + " [RIFTCO_STRICT_PLUGINS=1]") from exc
+                    raise PluginError(f"[plugins] {reason} [RIFTCO_STRICT_PLUGINS=1]") from exc
                 self.failed_plugins[ep.name] = reason
                 self.entries.setdefault(
                     ep.name,
@@ -136,7 +136,7 @@ class Registry:
         with self._lock:
             plugin_name = self.pm.register(plugin, name=name)
             if plugin_name is None:
-                raise PluginError(f"plugin {name!r} is already registered or blocked")
+                raise PluginError(f"[plugins] plugin {name!r} is already registered or blocked")
             self._plugin_dist[plugin_name] = distribution
             added: list[str] = []
             try:
@@ -161,7 +161,7 @@ class Registry:
             except Exception as exc:
                 reason = f"plugin {plugin_name!r} hook riftco_backends raised: {_short_exc(exc)}"
                 if _strict():
-                    raise PluginError(reason) from exc
+                    raise PluginError(f"[plugins] {reason}") from exc
                 self.failed_plugins[plugin_name] = reason
                 self.entries.setdefault(
                     plugin_name,
@@ -174,12 +174,15 @@ class Registry:
     def _add_backend(self, cls: type, plugin: str, distribution: tuple[str, str]) -> str:
         name = getattr(cls, "name", None)
         if not isinstance(name, str) or not name:
-            raise PluginError(f"plugin {plugin!r} returned {cls!r}, which has no string 'name'")
+            raise PluginError(
+                f"[plugins] plugin {plugin!r} returned {cls!r}, which has no string 'name'"
+            )
         if name in self.entries and self.entries[name].cls is not None:
             other = self.entries[name]
             raise PluginError(
-                f"two backends are named {name!r}: {other.cls.__module__}.{other.cls.__qualname__} "
-                f"from distribution {other.distribution!r} (plugin {other.plugin!r}) and "
+                f"[plugins] two backends are named {name!r}: "
+                f"{other.cls.__module__}.{other.cls.__qualname__} from distribution "
+                f"{other.distribution!r} (plugin {other.plugin!r}) and "
                 f"{cls.__module__}.{cls.__qualname__} from distribution {distribution[0]!r} "
                 f"(plugin {plugin!r}); uninstall one or block it with RIFTCO_DISABLE_PLUGINS"
             )
@@ -196,7 +199,7 @@ class Registry:
             problem = f"backend {name!r} lacks required methods: {', '.join(missing)}"
         if problem:
             if _strict():
-                raise PluginError(problem)
+                raise PluginError(f"[plugins] {problem}")
             entry.available, entry.reason = False, problem
         else:
             try:
@@ -204,7 +207,7 @@ class Registry:
                 entry.available, entry.reason = bool(ok), str(reason or "")
             except Exception as exc:
                 if _strict():
-                    raise PluginError(f"backend {name!r} is_available() raised") from exc
+                    raise PluginError(f"[plugins] backend {name!r} is_available() raised") from exc
                 entry.available = False
                 entry.reason = f"is_available() raised {_short_exc(exc)}"
         self.entries[name] = entry

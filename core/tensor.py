@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -25,7 +25,9 @@ class Storage:
 
     __slots__ = ("buffer", "size", "version", "release", "__weakref__")
 
-    def __init__(self, buffer: Any, size: int, release: Any = None) -> None:
+    def __init__(
+        self, buffer: Any, size: int, release: Callable[[Any], None] | None = None
+    ) -> None:
         self.buffer = buffer
         self.size = size  # elements, so in-place writers know a view covers all of it
         self.version = 0
@@ -76,7 +78,12 @@ class Tensor:
 
     @classmethod
     def _dense(
-        cls, backend: Any, buffer: Any, shape: tuple[int, ...], dtype: np.dtype, release: Any = None
+        cls,
+        backend: Any,
+        buffer: Any,
+        shape: tuple[int, ...],
+        dtype: np.dtype,
+        release: Callable[[Any], None] | None = None,
     ) -> Tensor:
         storage = Storage(buffer, math.prod(shape), release)
         return cls(backend, storage, shape, dense_strides(shape), 0, dtype)

@@ -6,6 +6,10 @@ raises a riftco error naming the op *before* any backend method runs. Operands r
 backend dense unless it declares ``accepts_strided``. Fused ops go to the backend when it
 implements them and to the composite in ``composites.py`` otherwise.
 
+The checks live in ``validation.py``. Dispatch, its fast paths and the shadow
+``validator`` stay here, together: the hook is then one module global read per call, and
+``riftco.shadow`` sets it on this module.
+
 No graph is built here: this is the layer below ``Variable``.
 """
 
@@ -20,74 +24,29 @@ import numpy as np
 
 from . import dtypes as _dt
 from .backend import COMPARE_OPS
-from .errors import DeviceMismatchError, DTypeError, ShapeError
+from .errors import DTypeError, ShapeError
 from .tensor import Tensor
+
+# Re-exported: fused ops, autograd and tests reach the checks as ``ops._float`` and so on,
+# and the raw ops below look them up here (see ``validation``'s docstring).
+from .validation import (  # noqa: F401
+    _axes,
+    _float,
+    _index,
+    _rank,
+    _require_tensor,
+    _same_dtype,
+    _same_shape,
+    _supported,
+    same_backend,
+)
 
 #: Shadow validation hook, installed by ``riftco.shadow`` when RIFTCO_VALIDATE is set.
 #: ``None`` keeps dispatch at one attribute test.
 validator: Callable[[str, Any, tuple[Any, ...], Any], None] | None = None
 
 
-# -- validation helpers ---------------------------------------------------------------------
-def _require_tensor(op: str, x: Any, what: str = "operand") -> Tensor:
-    if not isinstance(x, Tensor):
-        raise DTypeError(f"[{op}] {what} must be a riftco Tensor; got {type(x).__name__}")
-    return x
-
-
-def same_backend(op: str, *xs: Tensor) -> Any:
-    """The single backend instance shared by every operand, or a DeviceMismatchError."""
-    backend = xs[0].backend
-    for x in xs[1:]:
-        if x.backend is not backend:
-            devs = ", ".join(str(t.device) for t in xs)
-            raise DeviceMismatchError(
-                f"[{op}] operands live on different devices ({devs}); move them with .to()"
-            )
-    return backend
-
-
-def _same_shape(op: str, *xs: Tensor) -> None:
-    shape = xs[0].shape
-    if any(x.shape != shape for x in xs[1:]):
-        shapes = ", ".join(str(x.shape) for x in xs)
-        raise ShapeError(
-            f"[{op}] operands must have equal shapes (broadcast explicitly with "
-            f"broadcast_to); got {shapes}"
-        )
-
-
-def _same_dtype(op: str, *xs: Tensor) -> None:
-    dt = xs[0].dtype
-    if any(x.dtype != dt for x in xs[1:]):
-        names = ", ".join(x.dtype.name for x in xs)
-        raise DTypeError(f"[{op}] operands must share one dtype (no implicit casts); got {names}")
-
-
-def _float(op: str, *xs: Tensor) -> None:
-    for x in xs:
-        if x.dtype not in _dt.FLOAT_DTYPES:
-            raise DTypeError(f"[{op}] expects float32 or float64 operands; got {x.dtype.name}")
-
-
-def _index(op: str, ids: Tensor, what: str) -> None:
-    if ids.dtype not in _dt.INDEX_DTYPES:
-        raise DTypeError(f"[{op}] {what} must be int32 or int64; got {ids.dtype.name}")
-
-
-def _supported(op: str, backend: Any, dtype: np.dtype) -> None:
-    if dtype not in backend.dtypes:
-        names = ", ".join(sorted(d.name for d in backend.dtypes))
-        raise DTypeError(
-            f"[{op}] backend {backend.name!r} does not support {dtype.name} (supports {names})"
-        )
-
-
-def _rank(op: str, x: Tensor, rank: int, what: str) -> None:
-    if x.ndim != rank:
-        raise ShapeError(f"[{op}] {what} must have rank {rank}; got shape {x.shape}")
-
-
+# -- dispatch ---------------------------------------------------------------------------------
 def _prep(backend: Any, x: Tensor) -> Tensor:
     return x if backend.accepts_strided or x.is_dense else backend.copy_strided(x)
 
@@ -245,21 +204,6 @@ def cast(x: Tensor, dtype: Any) -> Tensor:
 
 
 # -- reductions ---------------------------------------------------------------------------------
-def _axes(op: str, x: Tensor, axes: int | Sequence[int] | None) -> tuple[int, ...]:
-    if axes is None:
-        return tuple(range(x.ndim))
-    if isinstance(axes, (int, np.integer)):
-        axes = (int(axes),)
-    out = []
-    for a in axes:
-        if not -x.ndim <= a < x.ndim:
-            raise ShapeError(f"[{op}] axis {a} is out of range for shape {x.shape}")
-        out.append(a % x.ndim)
-    if len(set(out)) != len(out):
-        raise ShapeError(f"[{op}] repeated axis in {tuple(axes)}")
-    return tuple(sorted(out))
-
-
 def _reduce(op: str, x: Tensor, axes: Any, keepdims: bool) -> Tensor:
     if axes is None and type(x) is Tensor and x.dtype in _FLOATS and x.shape:
         ax = tuple(range(len(x.shape)))  # fast path: a full reduction, the common case

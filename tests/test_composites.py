@@ -1,6 +1,6 @@
 """Composite fallbacks (built from primitives only) against the native CPU fused ops.
 
-The native ops are themselves checked against independent math in ``test_cpu_ops.py``;
+The native ops are themselves checked against independent math in ``test_cpu_fused_ops.py``;
 here the composites are compared with them on random inputs, in float64 and float32, and
 run end to end on a backend that has no fused op and accepts only dense operands.
 """

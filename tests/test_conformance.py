@@ -14,19 +14,9 @@ from typing import Any
 import numpy as np
 import pytest
 import riftco
+from helpers import plugin_for
 from riftco.backends.cpu.backend import CPUBackend, view
 from riftco.conformance import cli
-
-
-class _Plugin:
-    """A runtime plugin object providing one backend class."""
-
-    def __init__(self, cls: type) -> None:
-        self.cls = cls
-
-    @riftco.hookimpl
-    def riftco_backends(self) -> list[type]:
-        return [self.cls]
 
 
 class WrongSoftmaxBackward(CPUBackend):
@@ -69,7 +59,7 @@ def _cases(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
 def test_broken_backend_fails_at_its_op(
     registry: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str], cls: type, op: str
 ) -> None:
-    registry.register(_Plugin(cls), name=cls.name)
+    registry.register(plugin_for(cls), name=cls.name)
     rc, report = _run(tmp_path, [cls.name, "--ops", f"{op},add", "--max-examples", "3"])
     assert rc == 1
     assert report["passed"] is False
@@ -94,7 +84,7 @@ def test_broken_backend_fails_at_its_op(
 
 
 def test_matmul_transpose_b_failure_names_the_flag(registry: Any, tmp_path: Path) -> None:
-    registry.register(_Plugin(MatmulIgnoresTransposeB), name="broken_matmul")
+    registry.register(plugin_for(MatmulIgnoresTransposeB), name="broken_matmul")
     rc, report = _run(tmp_path, ["broken_matmul", "--ops", "matmul", "--max-examples", "0"])
     assert rc == 1
     assert "transpose_b=True" in _cases(report)["matmul[float32]"]["failing_example"]
@@ -130,7 +120,7 @@ def test_cpu_passes_quick_full_run(tmp_path: Path) -> None:
 
 
 def test_expectations_turn_a_failure_into_xfail(registry: Any, tmp_path: Path) -> None:
-    registry.register(_Plugin(WrongSoftmaxBackward), name=WrongSoftmaxBackward.name)
+    registry.register(plugin_for(WrongSoftmaxBackward), name=WrongSoftmaxBackward.name)
     exp = tmp_path / "exp.json"
     exp.write_text(
         json.dumps(

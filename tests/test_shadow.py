@@ -11,17 +11,9 @@ from typing import Any
 import numpy as np
 import pytest
 import riftco
+from helpers import add_backend
 from riftco import shadow
 from riftco.backends.cpu.backend import CPUBackend, view
-
-
-class _Plugin:
-    def __init__(self, cls: type) -> None:
-        self.cls = cls
-
-    @riftco.hookimpl
-    def riftco_backends(self) -> list[type]:
-        return [self.cls]
 
 
 class OffByOneGelu(CPUBackend):
@@ -35,8 +27,7 @@ class OffByOneGelu(CPUBackend):
 
 @pytest.fixture
 def subject(registry: Any) -> Iterator[Any]:
-    registry.register(_Plugin(OffByOneGelu), name="shadow_subject")
-    yield registry.instance("shadow_subject", 0)
+    yield add_backend(registry, OffByOneGelu)
     shadow.disable()
 
 

@@ -106,6 +106,12 @@ class NativeBackend(CPUBackend):
         return arr, self._ptr(arr.reshape(-1))
 
     @staticmethod
+    def _rows(x: Tensor) -> tuple[int, int]:
+        """``(rows, cols)``: the row-wise kernels see ``x`` as rows of its last axis."""
+        cols = x.shape[-1]
+        return (x.size // cols if cols else 0), cols
+
+    @staticmethod
     def _check(status: int, op: str) -> None:
         if status != 0:
             raise MemoryError(f"[{op}] the native kernel could not allocate its scratch memory")
@@ -157,23 +163,20 @@ class NativeBackend(CPUBackend):
 
     def softmax(self, x: Tensor) -> Tensor:
         y, p = self._new(x.shape, x.dtype)
-        cols = x.shape[-1]
-        rows = x.size // cols if cols else 0
+        rows, cols = self._rows(x)
         self._fn("softmax", x.dtype)(self._in(x), p, rows, cols)
         return self.result(y)
 
     def softmax_backward(self, dy: Tensor, y: Tensor) -> Tensor:
         dx, p = self._new(y.shape, y.dtype)
-        cols = y.shape[-1]
-        rows = y.size // cols if cols else 0
+        rows, cols = self._rows(y)
         self._fn("softmax_backward", y.dtype)(self._in(dy), self._in(y), p, rows, cols)
         return self.result(dx)
 
     def layer_norm(
         self, x: Tensor, gamma: Tensor, beta: Tensor, eps: float
     ) -> tuple[Tensor, Tensor, Tensor]:
-        dt, cols = x.dtype, x.shape[-1]
-        rows = x.size // cols if cols else 0
+        dt, (rows, cols) = x.dtype, self._rows(x)
         y, yp = self._new(x.shape, dt)
         mean, mp = self._new(x.shape[:-1], dt)
         rstd, rp = self._new(x.shape[:-1], dt)
@@ -184,8 +187,7 @@ class NativeBackend(CPUBackend):
     def layer_norm_backward(
         self, dy: Tensor, x: Tensor, gamma: Tensor, mean: Tensor, rstd: Tensor
     ) -> tuple[Tensor, Tensor, Tensor]:
-        dt, cols = x.dtype, x.shape[-1]
-        rows = x.size // cols if cols else 0
+        dt, (rows, cols) = x.dtype, self._rows(x)
         dx, dxp = self._new(x.shape, dt)
         dg, dgp = self._new((cols,), dt)
         db, dbp = self._new((cols,), dt)
@@ -236,18 +238,25 @@ class NativeBackend(CPUBackend):
             strides.extend(st)
         return ptrs, self._ffi.new("int64_t[]", strides)
 
+    def _attention_forward(
+        self, op: str, q: Tensor, k: Tensor, v: Tensor, stat_shape: tuple[int, ...],
+        scale: float, causal: bool,
+    ) -> tuple[Tensor, Tensor]:  # fmt: skip
+        """Both forward kernels take q, k, v views and write ``out`` plus one statistic
+        (``probs`` or ``lse``); only the statistic's shape differs."""
+        b, h, t, d = q.shape
+        (qp, kp, vp), st = self._views(q, k, v)
+        out, outp = self._new(q.shape, q.dtype)
+        stat, sp = self._new(stat_shape, q.dtype)
+        status = self._fn(op, q.dtype)(qp, kp, vp, st, outp, sp, b, h, t, d, scale, int(causal))
+        self._check(status, op)
+        return self.result(out), self.result(stat)
+
     def attention(
         self, q: Tensor, k: Tensor, v: Tensor, scale: float, causal: bool
     ) -> tuple[Tensor, Tensor]:
-        b, h, t, d = q.shape
-        (qp, kp, vp), st = self._views(q, k, v)
-        out, op = self._new(q.shape, q.dtype)
-        probs, pp = self._new((b, h, t, t), q.dtype)
-        status = self._fn("attention", q.dtype)(
-            qp, kp, vp, st, op, pp, b, h, t, d, scale, int(causal)
-        )
-        self._check(status, "attention")
-        return self.result(out), self.result(probs)
+        b, h, t, _ = q.shape
+        return self._attention_forward("attention", q, k, v, (b, h, t, t), scale, causal)
 
     def attention_backward(
         self, dout: Tensor, q: Tensor, k: Tensor, v: Tensor, probs: Tensor, scale: float
@@ -266,15 +275,7 @@ class NativeBackend(CPUBackend):
     def flash_attention(
         self, q: Tensor, k: Tensor, v: Tensor, scale: float, causal: bool
     ) -> tuple[Tensor, Tensor]:
-        b, h, t, d = q.shape
-        (qp, kp, vp), st = self._views(q, k, v)
-        out, op = self._new(q.shape, q.dtype)
-        lse, lp = self._new((b, h, t), q.dtype)
-        status = self._fn("flash_attention", q.dtype)(
-            qp, kp, vp, st, op, lp, b, h, t, d, scale, int(causal)
-        )
-        self._check(status, "flash_attention")
-        return self.result(out), self.result(lse)
+        return self._attention_forward("flash_attention", q, k, v, q.shape[:-1], scale, causal)
 
     def flash_attention_backward(
         self,

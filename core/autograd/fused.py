@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 
 from .. import tensor_ops as ops
+from ..creation import full_like
 from ..errors import DTypeError, ShapeError
 from ..tensor import Tensor
 from .graph import Variable, make
@@ -47,12 +48,6 @@ def embedding(table: Variable, ids: Tensor) -> Variable:
     return make(y, "embedding", (table,), lambda g: (ops.embedding_backward(g, ids, num),))
 
 
-def _const(like: Tensor, shape: tuple[int, ...], value: float) -> Tensor:
-    out = like.backend.allocate(shape, like.dtype)
-    like.backend.fill(out, value)
-    return out
-
-
 def cross_entropy(logits: Variable, targets: Tensor) -> Variable:
     """Mean loss over rows whose target is not -1; the count stays on the device."""
     if not isinstance(targets, Tensor):
@@ -62,8 +57,9 @@ def cross_entropy(logits: Variable, targets: Tensor) -> Variable:
     lv = logits._value
     rows, lse = ops.cross_entropy(lv, targets)
     n = lv.shape[0]
-    kept = ops.compare(ops.cast(targets, lv.dtype), _const(lv, (1,), -1.0).broadcast_to((n,)), "ne")
-    count = ops.maximum(ops.sum(kept), _const(lv, (), 1.0))  # all rows ignored: loss 0, not nan
+    ignored = full_like(lv, -1.0, (1,)).broadcast_to((n,))
+    kept = ops.compare(ops.cast(targets, lv.dtype), ignored, "ne")
+    count = ops.maximum(ops.sum(kept), full_like(lv, 1.0, ()))  # all rows ignored: loss 0, not nan
     loss = ops.div(ops.sum(rows), count)
 
     def rule(g: Tensor) -> tuple[Tensor]:

@@ -13,9 +13,10 @@ from __future__ import annotations
 from typing import Any
 
 from .. import tensor_ops as ops
+from ..creation import full_like
 from ..tensor import Tensor
 from .graph import Variable, make
-from .operations import _reshape, pad_last_axis, zeros_like_shape
+from .operations import _reshape, pad_last_axis
 
 
 def _axis_plan(shape: tuple[int, ...], index: Any) -> list[tuple[int, int, int]]:
@@ -44,10 +45,10 @@ def _scatter_last(g: Tensor, start: int, step: int, dim: int) -> Tensor:
     """Place ``g[..., j]`` at ``start + j*step`` of a zero last axis of size ``dim``."""
     lead, count = g.shape[:-1], g.shape[-1]
     if count == 0:
-        return zeros_like_shape(g, lead + (dim,))
+        return full_like(g, 0.0, lead + (dim,))
     if step > 1:
         col = _reshape(g, lead + (count, 1))
-        spaced = ops.concatenate_last_axis([col, zeros_like_shape(g, lead + (count, step - 1))])
+        spaced = ops.concatenate_last_axis([col, full_like(g, 0.0, lead + (count, step - 1))])
         g = spaced.reshape(lead + (count * step,))
         if count * step > dim - start:  # the trailing zeros past the end are dropped
             g = g[..., : dim - start]

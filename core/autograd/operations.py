@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from .. import tensor_ops as ops
+from ..creation import full_like
 from ..errors import DTypeError
 from ..tensor import Tensor, _parse_shape
 from . import domain
@@ -243,20 +244,14 @@ def concatenate_last_axis(xs: Sequence[Any]) -> Variable:
     return make(y, "concatenate_last_axis", parents, lambda g: ops.split_last_axis(g, sizes))
 
 
-def zeros_like_shape(like: Tensor, shape: tuple[int, ...]) -> Tensor:
-    out = like.backend.allocate(shape, like.dtype)
-    like.backend.fill(out, 0.0)
-    return out
-
-
 def pad_last_axis(g: Tensor, left: int, right: int) -> Tensor:
     """``g`` with ``left``/``right`` zero columns on the last axis: scatters a slice back."""
     lead = g.shape[:-1]
     pieces = [g]
     if left:
-        pieces.insert(0, zeros_like_shape(g, lead + (left,)))
+        pieces.insert(0, full_like(g, 0.0, lead + (left,)))
     if right:
-        pieces.append(zeros_like_shape(g, lead + (right,)))
+        pieces.append(full_like(g, 0.0, lead + (right,)))
     return ops.concatenate_last_axis(pieces) if len(pieces) > 1 else g
 
 

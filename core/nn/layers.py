@@ -11,6 +11,7 @@ import numpy as np
 
 from ..autograd import Variable, embedding, layer_norm
 from ..device import Device
+from ..tensor import Tensor
 from .module import Module, parameter
 
 
@@ -56,6 +57,8 @@ class LayerNorm(Module):
 
 
 class Embedding(Module):
+    """Rows of a ``(num, width)`` table, looked up by integer ids (tokens, positions)."""
+
     def __init__(
         self,
         num: int,
@@ -68,7 +71,7 @@ class Embedding(Module):
     ) -> None:
         self.weight = parameter(rng.normal(0.0, std, (num, width)).astype(dtype), device)
 
-    def forward(self, ids):  # ids: Tensor (...,) int -> Variable (..., width)
+    def forward(self, ids: Tensor) -> Variable:  # ids (...,) int -> (..., width)
         return embedding(self.weight, ids)
 
 

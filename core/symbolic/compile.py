@@ -20,12 +20,14 @@ as a view.
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Callable, Mapping, Sequence
 from typing import Union
 
 import numpy as np
 
 from .. import tensor_ops as ops
+from ..creation import full_like
 from ..errors import DomainError, DTypeError, RiftcoError, ShapeError
 from ..tensor import Tensor
 from .nodes import Node, NodeType, post_order
@@ -35,12 +37,6 @@ Kernel = Callable[[Node, list[Value]], Value]
 
 
 # -- small helpers ------------------------------------------------------------------------------
-def _full(like: Tensor, shape: tuple[int, ...], value: float) -> Tensor:
-    out = like.backend.allocate(shape, like.dtype)
-    like.backend.fill(out, float(value))
-    return out
-
-
 def _align(a: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
     """Broadcast the unbatched one of two tensors to the other's (batched) shape, as a view."""
     if a.shape == b.shape:
@@ -61,15 +57,30 @@ def _expand(s: Tensor, shape: tuple[int, ...]) -> Tensor:
 
 
 # -- kernels: one per node type ------------------------------------------------------------
-def _add(node: Node, args: list[Value]) -> Value:
+def _commutative(
+    args: list[Value],
+    on_floats: Callable[[float, float], float],
+    on_tensors: Callable[[Tensor, Tensor], Tensor],
+    with_scalar: Callable[[Tensor, float], Tensor],
+) -> Value:
+    """``+`` or ``*``: Python on two constants, the scalar op when one side is a constant
+    (so it is never materialised), the tensor op on aligned operands otherwise."""
     a, b = args
     if isinstance(a, float) and isinstance(b, float):
-        return a + b
+        return on_floats(a, b)
     if isinstance(a, float):
-        return ops.add_scalar(b, a)  # type: ignore[arg-type]
+        a, b = b, a  # commutative: the tensor first
     if isinstance(b, float):
-        return ops.add_scalar(a, b)
-    return ops.add(*_align(a, b))
+        return with_scalar(a, b)  # type: ignore[arg-type]
+    return on_tensors(*_align(a, b))  # type: ignore[arg-type]
+
+
+def _add(node: Node, args: list[Value]) -> Value:
+    return _commutative(args, operator.add, ops.add, ops.add_scalar)
+
+
+def _mul(node: Node, args: list[Value]) -> Value:
+    return _commutative(args, operator.mul, ops.mul, ops.mul_scalar)
 
 
 def _sub(node: Node, args: list[Value]) -> Value:
@@ -81,17 +92,6 @@ def _sub(node: Node, args: list[Value]) -> Value:
     if isinstance(b, float):
         return ops.add_scalar(a, -b)
     return ops.sub(*_align(a, b))
-
-
-def _mul(node: Node, args: list[Value]) -> Value:
-    a, b = args
-    if isinstance(a, float) and isinstance(b, float):
-        return a * b
-    if isinstance(a, float):
-        return ops.mul_scalar(b, a)  # type: ignore[arg-type]
-    if isinstance(b, float):
-        return ops.mul_scalar(a, b)
-    return ops.mul(*_align(a, b))
 
 
 def _scale(node: Node, args: list[Value]) -> Value:
@@ -174,12 +174,12 @@ def _lp_norm_der(node: Node, args: list[Value]) -> Value:
     out = x
     if p != 2:  # |x|^(p-2), kept finite at 0 where it multiplies x == 0
         ax = ops.abs(x)
-        out = ops.mul(x, ops.pow_scalar(ops.maximum(ax, _full(x, x.shape, tiny)), p - 2))
+        out = ops.mul(x, ops.pow_scalar(ops.maximum(ax, full_like(x, tiny)), p - 2))
     if p == 1:
         return out
     if isinstance(norm, float):
         return ops.mul_scalar(out, 0.0 if norm == 0 else norm ** (1 - p))
-    inv = ops.pow_scalar(ops.maximum(norm, _full(norm, norm.shape, tiny)), 1 - p)
+    inv = ops.pow_scalar(ops.maximum(norm, full_like(norm, tiny)), 1 - p)
     return ops.mul(out, _expand(inv, x.shape))
 
 
@@ -195,7 +195,7 @@ def _softmax_ce(node: Node, args: list[Value]) -> Value:
     if isinstance(z, float):
         if isinstance(t, float):
             return z + math.log(width) - t * z * width
-        z = _full(t, t.shape, z)
+        z = full_like(t, z)
     m = ops.max(z, -1, keepdims=True)
     e = ops.exp(ops.sub(z, m.broadcast_to(z.shape)))
     lse = ops.add(ops.log(ops.sum(e, -1)), m.reshape(m.shape[:-1]))
@@ -350,7 +350,7 @@ class Program:
             if like is None:
                 raise RiftcoError("[evaluate] a constant result needs like= (backend, dtype)")
             shape = ((batch,) if batch is not None else ()) + root.shape
-            return _full(like, shape, value)
+            return full_like(like, value, shape)
         if dst is None:
             return value
         if dst.shape != value.shape:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import enum
 import itertools
-from collections.abc import Iterator
 
 Shape = tuple[int, ...]
 
@@ -162,10 +161,6 @@ def post_order(*roots: Node) -> list[Node]:
             if id(child) not in visited:
                 stack.append((child, False))
     return order
-
-
-def iter_nodes(*roots: Node) -> Iterator[Node]:
-    return iter(post_order(*roots))
 
 
 def count_nodes(*roots: Node) -> int:

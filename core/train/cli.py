@@ -8,15 +8,20 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..errors import RiftcoError
 
+if TYPE_CHECKING:
+    from ..device import Device
+
 DEFAULT_OUT = "runs/tiny-shakespeare"
 DEFAULT_STEPS = 2500  # ~1.8 min on native, ~3 min on the numpy cpu backend (2-core CPU)
+_BACKEND_HELP = "auto, cpu, opencl[:N], metal[:N]"
 
 
 class _Help(argparse.ArgumentDefaultsHelpFormatter):
@@ -28,8 +33,8 @@ class _Help(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
-def _positive(kind: type) -> object:
-    def parse(text: str) -> object:
+def _positive(kind: type) -> Callable[[str], Any]:
+    def parse(text: str) -> Any:
         value = kind(text)
         if value <= 0:
             raise argparse.ArgumentTypeError(f"must be positive; got {text}")
@@ -39,13 +44,19 @@ def _positive(kind: type) -> object:
     return parse
 
 
+def _parser(prog: str, description: str, backend: str) -> argparse.ArgumentParser:
+    """A parser with the options both commands share, so their spelling cannot drift."""
+    p = argparse.ArgumentParser(prog=prog, description=description, formatter_class=_Help)
+    p.add_argument("--backend", default=backend, help=_BACKEND_HELP)
+    return p
+
+
 def build_train_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="riftco train",
-        description="Train the tiny character-level GPT (default corpus: tiny Shakespeare).",
-        formatter_class=_Help,
+    p = _parser(
+        "riftco train",
+        "Train the tiny character-level GPT (default corpus: tiny Shakespeare).",
+        backend="auto",
     )
-    p.add_argument("--backend", default="auto", help="auto, cpu, opencl[:N], metal[:N]")
     p.add_argument("--data", default=None, help="UTF-8 text file (default: the embedded corpus)")
     p.add_argument(
         "--steps",
@@ -100,10 +111,8 @@ def build_train_parser() -> argparse.ArgumentParser:
 
 
 def build_sample_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="riftco sample",
-        description="Generate text from a checkpoint written by riftco train.",
-        formatter_class=_Help,
+    p = _parser(
+        "riftco sample", "Generate text from a checkpoint written by riftco train.", backend="cpu"
     )
     p.add_argument("--checkpoint", required=True, metavar="DIR", help="a riftco train --out DIR")
     p.add_argument("--prompt", default=None, help="text to continue (default: a newline)")
@@ -111,11 +120,10 @@ def build_sample_parser() -> argparse.ArgumentParser:
     p.add_argument("--temperature", type=float, default=0.8, help="0 means greedy")
     p.add_argument("--top-k", type=int, default=0, help="0 keeps every token")
     p.add_argument("--seed", type=int, default=0, help="sampling seed (same seed, same text)")
-    p.add_argument("--backend", default="cpu", help="auto, cpu, opencl[:N], metal[:N]")
     return p
 
 
-def resolve_backend(spec: str, log: object = print) -> object:
+def resolve_backend(spec: str, log: Callable[[str], Any] = print) -> Device:
     """The device for ``spec``; for ``auto``, say which backend was chosen and why."""
     from .. import device, get_registry
 
