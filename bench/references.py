@@ -109,6 +109,8 @@ def tinygrad_step(
     from tinygrad import Context, Tensor, TinyJit
     from tinygrad.nn.optim import AdamW
 
+    if not gelu_is_tanh():
+        raise RuntimeError("tinygrad's gelu is not the tanh form: not a like-for-like model")
     params = {k: Tensor(v, device=device).realize() for k, v in weights.items()}
     C, nh = cfg.width, cfg.heads  # noqa: N806
     hs = C // nh
