@@ -18,6 +18,42 @@
 #define FB_BR (sizeof(T) == 8 ? 8 : 16)
 #define FB_BC (sizeof(T) == 8 ? 4 : 8)
 
+/* Stage rows r0 .. r0 + n - 1 of two [Tn, D] matrices at base into threadgroup tiles
+ * (rows past Tn read as 0); the group's threads split the n * D elements. */
+INLINE void fa_stage2(LOCAL T* ta, LOCAL T* tb, GLOBAL const T* a, GLOBAL const T* b, long base,
+                      int r0, int n, int D, int Tn, int lid, int gsize) {
+    for (int e = lid; e < n * D; e += gsize) {
+        int r = e / D;
+        int i = r0 + r;
+        long at = base + (long)i * D + (e - r * D);
+        ta[e] = i < Tn ? a[at] : (T)0.0;
+        tb[e] = i < Tn ? b[at] : (T)0.0;
+    }
+}
+
+/* Zero rows r0 .. r0 + n - 1 (those below Tn) of a [Tn, D] matrix at base. */
+INLINE void fa_zero(GLOBAL T* x, long base, int r0, int n, int D, int Tn, int lid, int gsize) {
+    for (int e = lid; e < n * D; e += gsize) {
+        if (r0 + e / D < Tn) {
+            x[base + (long)r0 * D + e] = (T)0.0;
+        }
+    }
+}
+
+/* Dot product of two D-long rows of threadgroup tiles. */
+INLINE T fa_dot(LOCAL const T* x, LOCAL const T* y, int D) {
+    T acc = (T)0.0;
+    for (int d = 0; d < D; d++) {
+        acc += x[d] * y[d];
+    }
+    return acc;
+}
+
+/* Whether query i sees key j. */
+INLINE int fa_visible(int i, int j, int Tn, int causal) {
+    return i < Tn && j < Tn && !(causal && j > i);
+}
+
 KERNEL void flash_forward(GLOBAL T* out ARG(0), GLOBAL T* lse ARG(1), GLOBAL const T* q ARG(2),
                           GLOBAL const T* k ARG(3), GLOBAL const T* v ARG(4),
                           GLOBAL const int* P ARG(5), GLOBAL const T* F ARG(6) THREAD_ARGS) {
@@ -51,13 +87,7 @@ KERNEL void flash_forward(GLOBAL T* out ARG(0), GLOBAL T* lse ARG(1), GLOBAL con
         int k_end = causal ? q_end : Tn;
         for (int k0 = 0; k0 < k_end; k0 += BK) {
             BARRIER();
-            for (int e = LID; e < BK * D; e += GROUP_SIZE) {
-                int c = e / D;
-                int d = e - c * D;
-                int j = k0 + c;
-                kt[e] = j < Tn ? k[base + (long)j * D + d] : (T)0.0;
-                vt[e] = j < Tn ? v[base + (long)j * D + d] : (T)0.0;
-            }
+            fa_stage2(kt, vt, k, v, base, k0, BK, D, Tn, LID, GROUP_SIZE);
             BARRIER();
             for (int e = LID; e < BQ * BK; e += GROUP_SIZE) {
                 int r = e / BK;
@@ -65,7 +95,7 @@ KERNEL void flash_forward(GLOBAL T* out ARG(0), GLOBAL T* lse ARG(1), GLOBAL con
                 int i = q0 + r;
                 int j = k0 + c;
                 T s = -INFINITY_T;
-                if (i < Tn && j < Tn && !(causal && j > i)) {
+                if (fa_visible(i, j, Tn, causal)) {
                     GLOBAL const T* qi = q + base + (long)i * D;
                     T dot = (T)0.0;
                     for (int d = 0; d < D; d++) {
@@ -165,27 +195,13 @@ KERNEL void flash_backward_dkdv(GLOBAL T* dk ARG(0), GLOBAL T* dv ARG(1), GLOBAL
         int k0 = (blk - bh * nkb) * BR;
         long base = (long)bh * Tn * D;
         long rbase = (long)bh * Tn;
-        for (int e = LID; e < BR * D; e += GROUP_SIZE) {
-            int c = e / D;
-            int d = e - c * D;
-            int j = k0 + c;
-            kb[e] = j < Tn ? k[base + (long)j * D + d] : (T)0.0;
-            vb[e] = j < Tn ? v[base + (long)j * D + d] : (T)0.0;
-            if (j < Tn) {
-                dk[base + (long)j * D + d] = (T)0.0;
-                dv[base + (long)j * D + d] = (T)0.0;
-            }
-        }
+        fa_stage2(kb, vb, k, v, base, k0, BR, D, Tn, LID, GROUP_SIZE);
+        fa_zero(dk, base, k0, BR, D, Tn, LID, GROUP_SIZE);
+        fa_zero(dv, base, k0, BR, D, Tn, LID, GROUP_SIZE);
         int i_start = causal ? (k0 / BC) * BC : 0;
         for (int i0 = i_start; i0 < Tn; i0 += BC) {
             BARRIER();
-            for (int e = LID; e < BC * D; e += GROUP_SIZE) {
-                int r = e / D;
-                int d = e - r * D;
-                int i = i0 + r;
-                qt[e] = i < Tn ? q[base + (long)i * D + d] : (T)0.0;
-                dot_t[e] = i < Tn ? dout[base + (long)i * D + d] : (T)0.0;
-            }
+            fa_stage2(qt, dot_t, q, dout, base, i0, BC, D, Tn, LID, GROUP_SIZE);
             BARRIER();
             for (int e = LID; e < BC * BR; e += GROUP_SIZE) {
                 int r = e / BR;
@@ -194,15 +210,9 @@ KERNEL void flash_backward_dkdv(GLOBAL T* dk ARG(0), GLOBAL T* dv ARG(1), GLOBAL
                 int j = k0 + c;
                 T p = (T)0.0;
                 T ds = (T)0.0;
-                if (i < Tn && j < Tn && !(causal && j > i)) {
-                    T s = (T)0.0;
-                    T dp = (T)0.0;
-                    for (int d = 0; d < D; d++) {
-                        s += qt[r * D + d] * kb[c * D + d];
-                        dp += dot_t[r * D + d] * vb[c * D + d];
-                    }
-                    p = exp(s * scale - lse[rbase + i]);
-                    ds = p * (dp - drow[rbase + i]);
+                if (fa_visible(i, j, Tn, causal)) {
+                    p = exp(fa_dot(qt + r * D, kb + c * D, D) * scale - lse[rbase + i]);
+                    ds = p * (fa_dot(dot_t + r * D, vb + c * D, D) - drow[rbase + i]);
                 }
                 pt[e] = p;
                 dst[e] = ds;
@@ -252,27 +262,13 @@ KERNEL void flash_backward_dq(GLOBAL T* dq ARG(0), GLOBAL const T* q ARG(1),
         int q0 = (blk - bh * nqb) * BR;
         long base = (long)bh * Tn * D;
         long rbase = (long)bh * Tn;
-        for (int e = LID; e < BR * D; e += GROUP_SIZE) {
-            int r = e / D;
-            int d = e - r * D;
-            int i = q0 + r;
-            qb[e] = i < Tn ? q[base + (long)i * D + d] : (T)0.0;
-            dob[e] = i < Tn ? dout[base + (long)i * D + d] : (T)0.0;
-            if (i < Tn) {
-                dq[base + (long)i * D + d] = (T)0.0;
-            }
-        }
+        fa_stage2(qb, dob, q, dout, base, q0, BR, D, Tn, LID, GROUP_SIZE);
+        fa_zero(dq, base, q0, BR, D, Tn, LID, GROUP_SIZE);
         int q_end = q0 + BR < Tn ? q0 + BR : Tn;
         int k_end = causal ? q_end : Tn;
         for (int k0 = 0; k0 < k_end; k0 += BC) {
             BARRIER();
-            for (int e = LID; e < BC * D; e += GROUP_SIZE) {
-                int c = e / D;
-                int d = e - c * D;
-                int j = k0 + c;
-                kt[e] = j < Tn ? k[base + (long)j * D + d] : (T)0.0;
-                vt[e] = j < Tn ? v[base + (long)j * D + d] : (T)0.0;
-            }
+            fa_stage2(kt, vt, k, v, base, k0, BC, D, Tn, LID, GROUP_SIZE);
             BARRIER();
             for (int e = LID; e < BR * BC; e += GROUP_SIZE) {
                 int r = e / BC;
@@ -280,15 +276,9 @@ KERNEL void flash_backward_dq(GLOBAL T* dq ARG(0), GLOBAL const T* q ARG(1),
                 int i = q0 + r;
                 int j = k0 + c;
                 T ds = (T)0.0;
-                if (i < Tn && j < Tn && !(causal && j > i)) {
-                    T s = (T)0.0;
-                    T dp = (T)0.0;
-                    for (int d = 0; d < D; d++) {
-                        s += qb[r * D + d] * kt[c * D + d];
-                        dp += dob[r * D + d] * vt[c * D + d];
-                    }
-                    T p = exp(s * scale - lse[rbase + i]);
-                    ds = p * (dp - drow[rbase + i]);
+                if (fa_visible(i, j, Tn, causal)) {
+                    T p = exp(fa_dot(qb + r * D, kt + c * D, D) * scale - lse[rbase + i]);
+                    ds = p * (fa_dot(dob + r * D, vt + c * D, D) - drow[rbase + i]);
                 }
                 dst[e] = ds;
             }

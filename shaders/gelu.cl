@@ -56,6 +56,36 @@ INLINE T gelu_tanh_gate(T u, T e) {
     return u >= (T)0.0 ? (T)1.0 / ((T)1.0 + e) : e / ((T)1.0 + e);
 }
 
+/* The tanh form alone, one element per thread and no loop: a CPU OpenCL compiler (PoCL)
+ * vectorises such a kernel across threads (exp included), which a grid-stride loop or the
+ * erf form's series would prevent. The host launches n threads for form 0. */
+KERNEL void gelu_tanh_forward(GLOBAL T* y ARG(0), GLOBAL const T* x ARG(1),
+                              GLOBAL const int* P ARG(2) THREAD_ARGS) {
+    int i = GID;
+    if (i < P[0]) {
+        T v = x[i];
+        T u = gelu_tanh_inner(v);
+        y[i] = v * gelu_tanh_gate(u, exp((T)-2.0 * fabs(u)));
+    }
+}
+
+/* d/dv [v s(2u)] = s + 2 v u' s (1 - s), and s (1 - s) = e / (1 + e)^2 */
+INLINE T gelu_tanh_grad(T v) {
+    T u = gelu_tanh_inner(v);
+    T e = exp((T)-2.0 * fabs(u));
+    T q = e / (((T)1.0 + e) * ((T)1.0 + e));
+    T du = GELU_SQRT_2_OVER_PI * ((T)1.0 + (T)(3.0 * 0.044715) * v * v);
+    return gelu_tanh_gate(u, e) + (q == (T)0.0 ? (T)0.0 : (T)2.0 * v * du * q);
+}
+
+KERNEL void gelu_tanh_backward(GLOBAL T* dx ARG(0), GLOBAL const T* dy ARG(1),
+                               GLOBAL const T* x ARG(2), GLOBAL const int* P ARG(3) THREAD_ARGS) {
+    int i = GID;
+    if (i < P[0]) {
+        dx[i] = dy[i] * gelu_tanh_grad(x[i]);
+    }
+}
+
 KERNEL void gelu_forward(GLOBAL T* y ARG(0), GLOBAL const T* x ARG(1),
                          GLOBAL const int* P ARG(2) THREAD_ARGS) {
     int n = P[0];
@@ -79,12 +109,7 @@ KERNEL void gelu_backward(GLOBAL T* dx ARG(0), GLOBAL const T* dy ARG(1),
         T v = x[i];
         T g;
         if (form == 0) {
-            /* d/dv [v s(2u)] = s + 2 v u' s (1 - s), and s (1 - s) = e / (1 + e)^2 */
-            T u = gelu_tanh_inner(v);
-            T e = exp((T)-2.0 * fabs(u));
-            T q = e / (((T)1.0 + e) * ((T)1.0 + e));
-            T du = GELU_SQRT_2_OVER_PI * ((T)1.0 + (T)(3.0 * 0.044715) * v * v);
-            g = gelu_tanh_gate(u, e) + (q == (T)0.0 ? (T)0.0 : (T)2.0 * v * du * q);
+            g = gelu_tanh_grad(v);
         } else {
             T pdf = GELU_INV_SQRT_2PI * exp((T)-0.5 * v * v);
             g = gelu_normal_cdf(v) + v * pdf;

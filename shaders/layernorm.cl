@@ -2,95 +2,12 @@
  * and dbeta reduced across rows without atomics, in two deterministic stages).
  *
  * Integer params P: [0] rows, [1] C (the normalised width); the row kernels add [2] team
- * width (see "row teams" below), the params kernels [2] rows_per_chunk, [3] chunks.
+ * width (see rows.h), the params kernels [2] rows_per_chunk, [3] chunks.
  * Float params F: [0] eps. Variance is computed from centred values (two passes), so
  * large offsets do not cancel.
  */
 
-/* -- row teams (the same block appears in every row-wise family: one source per program) --
- * A threadgroup splits into teams of `tw` threads, one row per team: tw is the whole group
- * (long rows) or a power of two <= 32 (short rows), so teams tile any group size Metal
- * picks (a multiple of 32). Every thread runs every barrier; a thread whose team has no
- * row contributes the identity. Threadgroup arrays hold up to RT_MAX_GROUP threads. */
-#define RT_MAX_GROUP 1024
-
-INLINE int rt_pow2_at_least(int n) {
-    int p = 1;
-    while (p < n) {
-        p <<= 1;
-    }
-    return p;
-}
-
-/* Sum of v over the caller's team; every thread of the team gets it. */
-INLINE T rt_team_sum(LOCAL T* buf, T v, int lid, int tw, int gsize) {
-    int tl = lid % tw;
-    buf[lid] = v;
-    BARRIER();
-    for (int h = rt_pow2_at_least(tw) >> 1; h > 0; h >>= 1) {
-        if (tl < h && tl + h < tw && lid + h < gsize) {
-            buf[lid] += buf[lid + h];
-        }
-        BARRIER();
-    }
-    T total = buf[lid - tl];
-    BARRIER();
-    return total;
-}
-
-/* Max of v over the caller's team; every thread of the team gets it. */
-INLINE T rt_team_max(LOCAL T* buf, T v, int lid, int tw, int gsize) {
-    int tl = lid % tw;
-    buf[lid] = v;
-    BARRIER();
-    for (int h = rt_pow2_at_least(tw) >> 1; h > 0; h >>= 1) {
-        if (tl < h && tl + h < tw && lid + h < gsize) {
-            buf[lid] = fmax(buf[lid], buf[lid + h]);
-        }
-        BARRIER();
-    }
-    T total = buf[lid - tl];
-    BARRIER();
-    return total;
-}
-
-/* exp(m_from - m_to) with an empty side (max -inf) contributing exactly 0. */
-INLINE T rt_rescale(T m_from, T m_to) {
-    return m_from == -INFINITY_T ? (T)0.0 : exp(m_from - m_to);
-}
-
-/* Merge (max, sum of exp(x - max)) pairs over the team; the result is left in
- * mb[lid - lid % tw], sb[...]. The caller reads it, then issues BARRIER(). */
-INLINE void rt_team_merge(LOCAL T* mb, LOCAL T* sb, T m, T s, int lid, int tw, int gsize) {
-    int tl = lid % tw;
-    mb[lid] = m;
-    sb[lid] = s;
-    BARRIER();
-    for (int h = rt_pow2_at_least(tw) >> 1; h > 0; h >>= 1) {
-        if (tl < h && tl + h < tw && lid + h < gsize) {
-            T m1 = mb[lid];
-            T m2 = mb[lid + h];
-            T mm = fmax(m1, m2);
-            sb[lid] = sb[lid] * rt_rescale(m1, mm) + sb[lid + h] * rt_rescale(m2, mm);
-            mb[lid] = mm;
-        }
-        BARRIER();
-    }
-}
-
-/* Online (max, sum) update with one element; -inf elements add nothing. */
-#define RT_ONLINE(m, s, v)                                           \
-    do {                                                             \
-        T rt_v_ = (v);                                               \
-        if (rt_v_ > (m)) {                                           \
-            (s) = (s) * rt_rescale((m), rt_v_) + (T)1.0;             \
-            (m) = rt_v_;                                             \
-        } else {                                                     \
-            (s) += rt_v_ == -INFINITY_T ? (T)0.0 : exp(rt_v_ - (m)); \
-        }                                                            \
-    } while (0)
-
-/* -- end of row teams -- */
+#include "rows.h"
 
 KERNEL void layer_norm_forward(GLOBAL T* y ARG(0), GLOBAL T* mean ARG(1), GLOBAL T* rstd ARG(2),
                                GLOBAL const T* x ARG(3), GLOBAL const T* gamma ARG(4),
@@ -100,35 +17,32 @@ KERNEL void layer_norm_forward(GLOBAL T* y ARG(0), GLOBAL T* mean ARG(1), GLOBAL
     int rows = P[0];
     int C = P[1];
     T eps = F[0];
-    int tw = P[2] >= GROUP_SIZE ? GROUP_SIZE : P[2];
-    int teams = GROUP_SIZE / tw;
-    int team = LID / tw;
-    int tl = LID - team * tw;
-    for (int r0 = GROUP_ID * teams; r0 < rows; r0 += NUM_GROUPS * teams) {
-        int row = r0 + team;
-        int active = team < teams && row < rows;
+    RowTeam rt = rt_team(P[2], LID, GROUP_SIZE);
+    for (int r0 = GROUP_ID * rt.teams; r0 < rows; r0 += NUM_GROUPS * rt.teams) {
+        int row = r0 + rt.team;
+        int active = rt_active(rt, row, rows);
         long base = (long)row * C;
         T acc = (T)0.0;
         if (active) {
-            for (int j = tl; j < C; j += tw) {
+            for (int j = rt.tl; j < C; j += rt.tw) {
                 acc += x[base + j];
             }
         }
-        T mu = rt_team_sum(buf, acc, LID, tw, GROUP_SIZE) / (T)C;
+        T mu = rt_team_sum(buf, acc, rt) / (T)C;
         acc = (T)0.0;
         if (active) {
-            for (int j = tl; j < C; j += tw) {
+            for (int j = rt.tl; j < C; j += rt.tw) {
                 T d = x[base + j] - mu;
                 acc += d * d;
             }
         }
-        T var = rt_team_sum(buf, acc, LID, tw, GROUP_SIZE) / (T)C;
+        T var = rt_team_sum(buf, acc, rt) / (T)C;
         T r = (T)1.0 / sqrt(var + eps);
         if (active) {
-            for (int j = tl; j < C; j += tw) {
+            for (int j = rt.tl; j < C; j += rt.tw) {
                 y[base + j] = (x[base + j] - mu) * r * gamma[j] + beta[j];
             }
-            if (tl == 0) {
+            if (rt.tl == 0) {
                 mean[row] = mu;
                 rstd[row] = r;
             }
@@ -144,29 +58,26 @@ KERNEL void layer_norm_backward_dx(GLOBAL T* dx ARG(0), GLOBAL const T* dy ARG(1
     LOCAL T buf[RT_MAX_GROUP];
     int rows = P[0];
     int C = P[1];
-    int tw = P[2] >= GROUP_SIZE ? GROUP_SIZE : P[2];
-    int teams = GROUP_SIZE / tw;
-    int team = LID / tw;
-    int tl = LID - team * tw;
-    for (int r0 = GROUP_ID * teams; r0 < rows; r0 += NUM_GROUPS * teams) {
-        int row = r0 + team;
-        int active = team < teams && row < rows;
+    RowTeam rt = rt_team(P[2], LID, GROUP_SIZE);
+    for (int r0 = GROUP_ID * rt.teams; r0 < rows; r0 += NUM_GROUPS * rt.teams) {
+        int row = r0 + rt.team;
+        int active = rt_active(rt, row, rows);
         long base = (long)row * C;
         T mu = active ? mean[row] : (T)0.0;
         T r = active ? rstd[row] : (T)0.0;
         T acc_g = (T)0.0;
         T acc_gx = (T)0.0;
         if (active) {
-            for (int j = tl; j < C; j += tw) {
+            for (int j = rt.tl; j < C; j += rt.tw) {
                 T g = dy[base + j] * gamma[j];
                 acc_g += g;
                 acc_gx += g * (x[base + j] - mu) * r;
             }
         }
-        T mean_g = rt_team_sum(buf, acc_g, LID, tw, GROUP_SIZE) / (T)C;
-        T mean_gx = rt_team_sum(buf, acc_gx, LID, tw, GROUP_SIZE) / (T)C;
+        T mean_g = rt_team_sum(buf, acc_g, rt) / (T)C;
+        T mean_gx = rt_team_sum(buf, acc_gx, rt) / (T)C;
         if (active) {
-            for (int j = tl; j < C; j += tw) {
+            for (int j = rt.tl; j < C; j += rt.tw) {
                 T xhat = (x[base + j] - mu) * r;
                 dx[base + j] = r * (dy[base + j] * gamma[j] - mean_g - xhat * mean_gx);
             }

@@ -10,6 +10,16 @@
  * in ceil(256 / G) passes, so any group size works (Metal's is unknown to the host).
  * Loads are ordered so that consecutive threads read consecutive addresses for either
  * transpose flag. The host launches 256 threads per tile.
+ *
+ * matmul_panel: for CPU devices (PoCL), where threadgroup memory is ordinary memory and a
+ * barrier splits the kernel into per-region loops that spill every live register: no
+ * threadgroup memory, no barrier. Each thread computes MP_WM x MP_WN outputs over the
+ * whole of K (grid-stride over those micro-tiles, so any group size works), reading a
+ * B row segment that must be contiguous (sbn == 1: the host packs a transposed B first)
+ * and broadcasting A entries of any stride. The fixed-trip inner loops unroll, so the
+ * accumulators stay in registers and the j loop vectorises (8 x 16 floats is 8 AVX-512
+ * registers). Interior tiles take a branch-free path; edge tiles clamp their reads.
+ * Too many registers per thread for a GPU: GPU devices keep matmul_tiled.
  */
 
 #define MM_TM 64
@@ -81,6 +91,63 @@ KERNEL void matmul_tiled(GLOBAL T* c ARG(0), GLOBAL const T* a ARG(1), GLOBAL co
                         const int gn = n0 + tn + j;
                         if (gn < N) cb[gm * N + gn] = acc[i][j];
                     }
+                }
+            }
+        }
+    }
+}
+
+#define MP_WM 8
+#define MP_WN 16
+
+KERNEL void matmul_panel(GLOBAL T* c ARG(0), GLOBAL const T* a ARG(1), GLOBAL const T* b ARG(2),
+                         GLOBAL const int* P ARG(3) THREAD_ARGS) {
+    const int M = P[0], N = P[1], K = P[2], batch = P[3];
+    const int sab = P[4], sam = P[5], sak = P[6], sbb = P[7], sbk = P[8];
+    const int mt = (M + MP_WM - 1) / MP_WM;
+    const int nt = (N + MP_WN - 1) / MP_WN;
+    const int total = batch * mt * nt;
+    for (int t = GID; t < total; t += GLOBAL_SIZE) {
+        const int bi = t / (mt * nt);
+        const int rem = t - bi * mt * nt;
+        const int m0 = (rem / nt) * MP_WM;
+        const int n0 = (rem - (rem / nt) * nt) * MP_WN;
+        GLOBAL const T* ab = a + (long)bi * sab + (long)m0 * sam;
+        GLOBAL const T* bb = b + (long)bi * sbb + n0;
+        T acc[MP_WM][MP_WN];
+        UNROLL for (int i = 0; i < MP_WM; ++i) {
+            UNROLL for (int j = 0; j < MP_WN; ++j) acc[i][j] = (T)0;
+        }
+        if (m0 + MP_WM <= M && n0 + MP_WN <= N) {
+            for (int k = 0; k < K; ++k) {
+                GLOBAL const T* brow = bb + (long)k * sbk;
+                GLOBAL const T* acol = ab + (long)k * sak;
+                T br[MP_WN];
+                UNROLL for (int j = 0; j < MP_WN; ++j) br[j] = brow[j];
+                UNROLL for (int i = 0; i < MP_WM; ++i) {
+                    const T ai = acol[i * sam];
+                    UNROLL for (int j = 0; j < MP_WN; ++j) acc[i][j] += ai * br[j];
+                }
+            }
+        } else {
+            const int mlast = M - 1 - m0;
+            const int nlast = N - 1 - n0;
+            for (int k = 0; k < K; ++k) {
+                GLOBAL const T* brow = bb + (long)k * sbk;
+                GLOBAL const T* acol = ab + (long)k * sak;
+                T br[MP_WN];
+                UNROLL for (int j = 0; j < MP_WN; ++j) br[j] = brow[j < nlast ? j : nlast];
+                UNROLL for (int i = 0; i < MP_WM; ++i) {
+                    const T ai = acol[(i < mlast ? i : mlast) * sam];
+                    UNROLL for (int j = 0; j < MP_WN; ++j) acc[i][j] += ai * br[j];
+                }
+            }
+        }
+        GLOBAL T* cb = c + (long)bi * M * N + (long)m0 * N + n0;
+        UNROLL for (int i = 0; i < MP_WM; ++i) {
+            if (m0 + i < M) {
+                UNROLL for (int j = 0; j < MP_WN; ++j) {
+                    if (n0 + j < N) cb[i * N + j] = acc[i][j];
                 }
             }
         }

@@ -9,6 +9,9 @@
  *   #define T <float|double>     the element type of the program
  *   #define IDX <int|long>       the index type (embedding ids, targets)
  * and, before this file, RIFTCO_FP64 when the program uses double.
+ * A family file (or a header) may pull in shared helpers with a line #include "name.h"
+ * (e.g. rows.h): the host inlines shaders/name.h once per program, since metalcompute
+ * compiles a single string with no include path.
  * Helper functions cannot read LID / GROUP_SIZE on Metal (those are kernel parameters):
  * pass them in as arguments.
  *
@@ -73,5 +76,9 @@ using namespace metal;
 #else
 #error "riftco prelude: neither __METAL_VERSION__ nor __OPENCL_VERSION__ is defined"
 #endif
+
+/* Ask the compiler to unroll the next loop fully (constant trip count): lets per-thread
+ * register tiles (matmul_panel) live in registers and vectorise; a hint, never a must. */
+#define UNROLL _Pragma("unroll")
 
 #endif /* RIFTCO_PRELUDE_H */

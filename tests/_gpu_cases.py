@@ -166,6 +166,8 @@ for _m, _k, _n, _b, _ta, _tb in [
     (17, 129, 66, 3, False, True),
     (64, 16, 64, 0, True, True),
     (1, 37, 5, 2, False, True),  # thin: one thread per output
+    (40, 50, 48, 2, True, True),  # CPU panels: whole 8x16 blocks only
+    (97, 70, 130, 0, False, True),  # CPU panels: interior and ragged edges, packed B^T
 ]:
     CASES[f"matmul_{_m}x{_k}x{_n}_b{_b}_{'T' if _ta else 'N'}{'T' if _tb else 'N'}"] = _matmul_case(
         _m, _k, _n, _b, _ta, _tb
@@ -180,6 +182,19 @@ def views_copy(b, rng, dt):
            x[2, 4].numpy().ravel()]  # fmt: skip
     want = [a.transpose(3, 1, 0, 2).ravel(), a[1:, ::2, 3].ravel(),
             np.broadcast_to(a[:, 0:1], (3, 4, 7, 11)).ravel(), a[2, 4].ravel()]  # fmt: skip
+    return np.concatenate(got), np.concatenate(want), 0.0
+
+
+@case
+def views_copy_long_rows(b, rng, dt):
+    """Rows longer than one CPU copy run (64), and a rank-5 view that does not collapse."""
+    x, a = _x(b, rng, dt, (4, 6, 150))
+    y, c = _x(b, rng, dt, (2, 3, 2, 3, 2))
+    got = [x.permute(1, 0, 2).contiguous().numpy().ravel(),
+           x.permute(2, 0, 1).contiguous().numpy().ravel(),
+           y.permute(4, 3, 2, 1, 0).contiguous().numpy().ravel()]  # fmt: skip
+    want = [a.transpose(1, 0, 2).ravel(), a.transpose(2, 0, 1).ravel(),
+            c.transpose(4, 3, 2, 1, 0).ravel()]  # fmt: skip
     return np.concatenate(got), np.concatenate(want), 0.0
 
 
@@ -212,4 +227,4 @@ def adamw(b, rng, dt):
 
 
 #: Cases whose kernels depend on the group size (threadgroup loops, barriers, tiles).
-GROUP_SENSITIVE = [n for n in CASES if n.startswith(("reduce_", "argmax", "matmul_"))]
+GROUP_SENSITIVE = [n for n in CASES if n.startswith(("reduce_", "argmax", "matmul_", "views_"))]

@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from functools import cache
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -20,10 +19,10 @@ from fused_reference import attention_ref, gelu_ref, softmax_ref
 from helpers import assert_close
 from riftco.errors import ShapeError
 from riftco.kernels.fused import FusedKernels
+from riftco.kernels.sources import program_source
 
 cl = pytest.importorskip("pyopencl", reason="pyopencl is not installed (test extra)")
 
-SHADERS = Path(__file__).resolve().parents[1] / "shaders"
 GROUPS = (32, 96, 256, 352)
 DTYPES = (np.float32, np.float64)
 TOL = {np.dtype(np.float32): (3e-5, 3e-6), np.dtype(np.float64): (1e-11, 1e-12)}
@@ -51,12 +50,10 @@ if _context() is None:
 
 @cache
 def _program(family: str, dtype: str, index: str) -> Any:
-    """Prelude + family source with the defines the host layer prepends (cached per test run)."""
+    """The family's source exactly as the host layer assembles it (cached per test run)."""
     ctx, _ = _context()
-    defines = f"#define T {dtype}\n#define IDX {index}\n"
-    if dtype == "double":
-        defines += "#define RIFTCO_FP64 1\n"
-    src = defines + (SHADERS / "prelude.h").read_text() + (SHADERS / f"{family}.cl").read_text()
+    c_types = {"float": np.float32, "double": np.float64, "int": np.int32, "long": np.int64}
+    src = program_source(family, np.dtype(c_types[dtype]), np.dtype(c_types[index]))
     return cl.Program(ctx, src).build()
 
 

@@ -17,7 +17,8 @@ from importlib import resources
 import numpy as np
 import pytest
 from _gpu_cases import CASES, assert_close
-from riftco.kernels.sources import families, program_source
+from riftco.errors import KernelCompileError
+from riftco.kernels.sources import expand_includes, families, program_source
 
 GXX = shutil.which("g++")
 _FAMILY_DEFINES = {"cast": {"SRC": "int"}}
@@ -51,6 +52,40 @@ def test_syntax_check_catches_metal_only_errors(tmp_path):
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert proc.returncode != 0 and "erf" in proc.stderr
+
+
+# -- host-side #include: metalcompute gets one string, so headers are inlined by the host -----
+_FAKE = {
+    "a.h": '#include "b.h"\nint a;\n',
+    "b.h": "int b;\n",
+    "loop1.h": '#include "loop2.h"\n',
+    "loop2.h": '#include "loop1.h"\n',
+}
+
+
+def test_include_inlines_each_header_once():
+    src = '#include <metal_stdlib>\n#include "a.h"\n  #include "b.h"  // again\nint main;\n'
+    out = expand_includes(src, "x.cl", _FAKE.__getitem__)
+    assert out.count("int b;") == 1 and out.count("int a;") == 1
+    assert out.index("int b;") < out.index("int a;") < out.index("int main;")
+    assert "#include <metal_stdlib>" in out  # angle includes are the compiler's business
+    assert not [ln for ln in out.splitlines() if ln.lstrip().startswith('#include "')]
+
+
+def test_include_cycle_and_missing_header_are_errors():
+    with pytest.raises(KernelCompileError, match=r"x\.cl -> loop1\.h -> loop2\.h -> loop1\.h"):
+        expand_includes('#include "loop1.h"\n', "x.cl", _FAKE.__getitem__)
+    with pytest.raises(KernelCompileError, match='x.cl includes "nope.h"'):
+        expand_includes('#include "nope.h"\n', "x.cl", _FAKE.__getitem__)
+
+
+@pytest.mark.parametrize("family", families())
+def test_every_program_is_one_self_contained_string(family):
+    src = program_source(family, np.dtype(np.float32), None, _FAMILY_DEFINES.get(family))
+    assert not [ln for ln in src.splitlines() if ln.lstrip().startswith('#include "')]
+    assert src.count("#define RIFTCO_PRELUDE_H") == 1
+    if "/* begin rows.h */" in src:
+        assert src.count("INLINE T rt_team_sum(") == 1
 
 
 @pytest.mark.skipif(sys.platform == "darwin", reason="on macOS the real metalcompute decides")

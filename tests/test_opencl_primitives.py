@@ -51,6 +51,38 @@ def test_primitive_irregular_groups(backends, name, group):
     assert_close(f"{name}@{group}", got, want, tol)
 
 
+@pytest.mark.parametrize(
+    "name", [n for n in GROUP_SENSITIVE if n.startswith(("matmul_", "views_"))]
+)
+@pytest.mark.parametrize("group", [96, 352])
+def test_gpu_shaped_kernels_on_cpu_device(name, group):
+    """On PoCL the host picks CPU-shaped kernels (matmul_panel, copy_strided_rows); the
+    GPU-shaped ones (matmul_tiled, copy_strided) that Metal and real GPUs run must keep
+    working here too, so this backend is told its device is not a CPU."""
+    from riftco.backends.opencl.backend import OpenCLBackend
+
+    backend = OpenCLBackend(0, group_size=group)
+    backend.runtime.is_cpu = False
+    got, want, tol = CASES[name](backend, np.random.default_rng(5), np.dtype(np.float32))
+    assert_close(f"{name}@{group} (GPU kernels)", got, want, tol)
+    used = {key[-1] for key in backend._kernels}
+    assert not used & {"matmul_panel", "copy_strided_rows"}, used
+
+
+def test_cpu_device_uses_cpu_shaped_kernels(backends):
+    backend = backends()
+    if not backend.runtime.is_cpu:
+        pytest.skip("the device is a GPU: the CPU-shaped kernels are not chosen")
+    import riftco.tensor_ops as ops
+
+    a = backend.from_numpy(np.arange(24 * 40, dtype=np.float32).reshape(24, 40) / 100)
+    got = ops.matmul(a, a, False, True).numpy()
+    want = (np.arange(24 * 40).reshape(24, 40) / 100) @ (np.arange(24 * 40).reshape(24, 40) / 100).T
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    used = {key[-1] for key in backend._kernels}
+    assert {"matmul_panel", "copy_strided_rows"} <= used, used
+
+
 def test_group_size_env_is_validated(monkeypatch):
     from riftco.errors import BackendUnavailableError
 

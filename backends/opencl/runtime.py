@@ -162,6 +162,9 @@ class OpenCLRuntime:
         self.context, self.queue = _context(index, self.device)
         self.group_size = group_size_for(self.device, group_size)
         self._kernel_groups: dict[int, int] = {}
+        #: CPU devices get kernels shaped for caches and SIMD rather than for threadgroups
+        #: (matmul_panel); a plain attribute so tests can force the GPU path on PoCL.
+        self.is_cpu = not is_gpu(self.device)
 
     @property
     def group_size_hint(self) -> int:
@@ -171,7 +174,7 @@ class OpenCLRuntime:
     @property
     def serial_rows(self) -> bool:
         """On CPU devices a work-item per row beats a threadgroup tree (barriers are costly)."""
-        return not is_gpu(self.device)
+        return self.is_cpu
 
     def allocate(self, nbytes: int) -> Any:
         return cl.Buffer(self.context, cl.mem_flags.READ_WRITE, size=max(int(nbytes), 1))

@@ -34,6 +34,8 @@ from .sources import program_source
 
 #: Parameter buffers are immutable and keyed by content, so hot loops reuse them.
 _CONSTANT_CACHE_SIZE = 4096
+#: Elements per thread of ``copy_strided_rows`` (CR_RUN in shaders/copy.cl).
+_COPY_RUN = 64
 
 
 @dataclass
@@ -64,7 +66,8 @@ class KernelBackend(FusedKernels, PrimitiveKernels, BackendBase):
         self.allocator = CachingAllocator(self.runtime.allocate)
         self._programs: dict[tuple[Any, ...], Program] = {}
         self._kernels: dict[tuple[Any, ...], Any] = {}
-        self._constants: OrderedDict[bytes, Any] = OrderedDict()
+        self._constants: OrderedDict[tuple[Any, ...] | bytes, Any] = OrderedDict()
+        self._launchable: dict[tuple[Any, ...], Any] = {}
         self._stats = TransferStats()
 
     def make_runtime(self, device_index: int) -> Runtime:
@@ -113,21 +116,35 @@ class KernelBackend(FusedKernels, PrimitiveKernels, BackendBase):
         """Queue ``kernel`` of ``shaders/<family>.cl`` over ``threads`` threads (1-D)."""
         if threads <= 0:
             return
-        k = self.kernel(family, kernel, dtype, index_dtype, defines)
+        # Hot path (a training step launches hundreds of kernels): one dict probe for the
+        # kernel, parameter buffers keyed by the Python values (no numpy on a cache hit).
+        fast = (family, kernel, dtype, index_dtype) if defines is None else None
+        k = self._launchable.get(fast) if fast is not None else None
+        if k is None:
+            k = self.kernel(family, kernel, dtype, index_dtype, defines)
+            if fast is not None:
+                self._launchable[fast] = k
         buffers = [t.storage.buffer.raw for t in args]
         if ints:
-            buffers.append(self._constant(np.asarray(ints, dtype=np.int32).tobytes()))
+            buffers.append(self._constant(np.int32, tuple(ints)))
         if floats:
-            buffers.append(self._constant(np.asarray(floats, dtype=dtype).tobytes()))
+            buffers.append(self._constant(np.dtype(dtype), tuple(floats)))
         self.runtime.launch(k, int(threads), buffers)
         self._stats.launches += 1
 
-    def _constant(self, data: bytes) -> Any:
-        buf = self._constants.get(data)
+    def _constant(self, dtype: Any, values: tuple[Any, ...]) -> Any:
+        key: tuple[Any, ...] | bytes = (dtype, values)
+        data = None
+        if 0.0 in values:  # -0.0 == 0.0 would share a buffer with 0.0: key by the bytes
+            data = np.asarray(values, dtype=dtype).tobytes()
+            key = data
+        buf = self._constants.get(key)
         if buf is not None:
-            self._constants.move_to_end(data)
+            self._constants.move_to_end(key)
             return buf
-        buf = self._constants[data] = self.runtime.constant(data)
+        if data is None:
+            data = np.asarray(values, dtype=dtype).tobytes()
+        buf = self._constants[key] = self.runtime.constant(data)
         self._stats.param_buffers += 1
         if len(self._constants) > _CONSTANT_CACHE_SIZE:
             self._constants.popitem(last=False)
@@ -180,6 +197,13 @@ class KernelBackend(FusedKernels, PrimitiveKernels, BackendBase):
         shape, strides = collapse(x.shape, x.strides)
         if len(shape) > 8:
             raise DTypeError(f"[copy_strided] views of rank > 8 are not supported; got {x.shape}")
+        if len(shape) <= 4 and getattr(self.runtime, "is_cpu", False):
+            pad = 4 - len(shape)
+            shape, strides = [1] * pad + shape, [0] * pad + strides
+            ints = [x.size, 4, x.offset, *shape, *strides]
+            runs = x.size // shape[-1] * -(-shape[-1] // _COPY_RUN)
+            self.launch("copy", "copy_strided_rows", x.dtype, runs, out, x, ints=ints)
+            return out
         ints = [x.size, len(shape), x.offset, *shape, *strides]
         self.launch("copy", "copy_strided", x.dtype, x.size, out, x, ints=ints)
         return out

@@ -72,7 +72,9 @@ class FusedKernels:
     def gelu(self, x: Tensor, approximate: str) -> Tensor:
         y = self.empty(x.shape, x.dtype)
         n = x.size
-        if n:
+        if n and approximate == "tanh":  # one thread per element: vectorises on CPUs
+            self.launch("gelu", "gelu_tanh_forward", x.dtype, n, y, x, ints=(n, 0))
+        elif n:
             form = _GELU_FORMS[approximate]
             self.launch("gelu", "gelu_forward", x.dtype, _flat_threads(n), y, x, ints=(n, form))
         return y
@@ -80,7 +82,9 @@ class FusedKernels:
     def gelu_backward(self, dy: Tensor, x: Tensor, approximate: str) -> Tensor:
         dx = self.empty(x.shape, x.dtype)
         n = x.size
-        if n:
+        if n and approximate == "tanh":
+            self.launch("gelu", "gelu_tanh_backward", x.dtype, n, dx, dy, x, ints=(n, 0))
+        elif n:
             form = _GELU_FORMS[approximate]
             threads = _flat_threads(n)
             self.launch("gelu", "gelu_backward", x.dtype, threads, dx, dy, x, ints=(n, form))

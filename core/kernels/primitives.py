@@ -23,6 +23,9 @@ if TYPE_CHECKING:
 _SMALL_ROW = 64
 #: Tile of ``matmul_tiled`` (must match shaders/matmul.cl) and its threads per tile.
 _TILE_M, _TILE_N, _TILE_THREADS = 64, 64, 256
+#: Outputs per thread of ``matmul_panel`` (MP_WM x MP_WN in shaders/matmul.cl), used on
+#: runtimes that report ``is_cpu`` (PoCL): registers, not threadgroup memory and barriers.
+_PANEL_M, _PANEL_N = 8, 16
 #: Column reductions split the reduced axis until about this many threads run.
 _COLUMN_THREADS = 16384
 
@@ -201,15 +204,21 @@ class PrimitiveKernels:
         if k == 0:
             self.fill(out, 0.0)  # type: ignore[attr-defined]
             return out
+        panel = getattr(self.runtime, "is_cpu", False) and m >= 8 and n >= 8
+        if panel and transpose_b:  # matmul_panel reads rows of B: pack B^T once (O(kn))
+            b = self.copy_strided(b.transpose(-1, -2))  # type: ignore[attr-defined]
+            b_rows, b_cols, transpose_b = k, n, False
         # Logical A[m, k] and B[k, n] as strides into the dense operands.
         sam, sak = (1, a_cols) if transpose_a else (a_cols, 1)
         sbk, sbn = (1, b_cols) if transpose_b else (b_cols, 1)
         ints = [m, n, k, batch, a_rows * a_cols, sam, sak, b_rows * b_cols, sbk, sbn]
-        tiles = batch * -(-m // _TILE_M) * -(-n // _TILE_N)
         if m < 8 or n < 8:  # thin products waste most of a 64x64 tile
             self.launch("matmul", "matmul_small", a.dtype, out.size, out, a, b, ints=ints)
+        elif panel:
+            threads = batch * -(-m // _PANEL_M) * -(-n // _PANEL_N)
+            self.launch("matmul", "matmul_panel", a.dtype, threads, out, a, b, ints=ints)
         else:
-            threads = tiles * _TILE_THREADS
+            threads = batch * -(-m // _TILE_M) * -(-n // _TILE_N) * _TILE_THREADS
             self.launch("matmul", "matmul_tiled", a.dtype, threads, out, a, b, ints=ints)
         return out
 

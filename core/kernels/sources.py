@@ -3,17 +3,26 @@
 Every runtime compiles the very same string: ``prelude.h``, then the type defines, then
 the family file. The prelude picks the Metal or OpenCL branch from the compiler's predefined
 macros, so the Metal backend, its OpenCL stand-in and the MSL syntax check all see one
-text. The prelude is inlined rather than ``#include``d because metalcompute compiles a
-source string with no include path.
+text.
+
+Shared helpers live in headers (``shaders/*.h``) that a family file pulls in with a line
+``#include "name.h"``. metalcompute compiles one source string with no include path, so
+the host inlines them here instead of leaving the directive to a compiler: each header
+enters a program once (a second ``#include`` of it becomes a comment, like ``#pragma
+once``), a cycle is an error naming the chain, and ``#include <...>`` (the prelude's
+``metal_stdlib``) is left to the compiler. The prelude counts as already included.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+import re
+from collections.abc import Callable, Mapping
 from importlib import resources
 
 import numpy as np
+
+from ..errors import KernelCompileError
 
 #: C type of each riftco dtype inside kernels (OpenCL C and MSL spell these alike).
 C_TYPES: dict[np.dtype, str] = {
@@ -22,6 +31,9 @@ C_TYPES: dict[np.dtype, str] = {
     np.dtype(np.int32): "int",
     np.dtype(np.int64): "long",
 }
+
+_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]+"([^"]+)"[ \t]*(?://.*|/\*.*\*/[ \t]*)?$', re.M)
+_PRELUDE = "prelude.h"
 
 
 @functools.cache
@@ -40,6 +52,42 @@ def c_type(dtype: np.dtype) -> str:
     return C_TYPES[np.dtype(dtype)]
 
 
+def expand_includes(
+    text: str,
+    name: str,
+    read: Callable[[str], str] | None = None,
+    included: set[str] | None = None,
+    _chain: tuple[str, ...] = (),
+) -> str:
+    """``text`` (the file ``name``) with every ``#include "x.h"`` replaced by ``x.h``'s text.
+
+    ``read(filename) -> str`` supplies header texts (``shader_text`` by default);
+    ``included`` collects the headers already inlined into this program (shared across
+    the recursion so that each enters once)."""
+    reader = read or shader_text
+    done = included if included is not None else {_PRELUDE}
+    chain = (*_chain, name)
+
+    def inline(match: re.Match[str]) -> str:
+        header = match.group(1)
+        if header in chain:
+            loop = " -> ".join((*chain, header))
+            raise KernelCompileError(f"[compile] #include cycle in shaders/: {loop}")
+        if header in done:
+            return f"/* {header}: already included */"
+        done.add(header)
+        try:
+            body = reader(header)
+        except (FileNotFoundError, IsADirectoryError, KeyError):
+            raise KernelCompileError(
+                f'[compile] {name} includes "{header}", which is not a file in shaders/'
+            ) from None
+        body = expand_includes(body, header, reader, done, chain)
+        return f"/* begin {header} */\n{body.rstrip()}\n/* end {header} */"
+
+    return _INCLUDE.sub(inline, text)
+
+
 def program_source(
     family: str,
     dtype: np.dtype,
@@ -47,12 +95,21 @@ def program_source(
     defines: Mapping[str, str] | None = None,
 ) -> str:
     """The complete source of ``family`` for element type ``dtype`` (and index type)."""
-    dtype = np.dtype(dtype)
+    return _program_source(
+        family, np.dtype(dtype), np.dtype(index_dtype or np.int32), tuple((defines or {}).items())
+    )
+
+
+@functools.cache
+def _program_source(
+    family: str, dtype: np.dtype, index_dtype: np.dtype, defines: tuple[tuple[str, str], ...]
+) -> str:
     head = []
-    if dtype == np.float64 or "double" in (defines or {}).values():
+    if dtype == np.float64 or "double" in dict(defines).values():
         head.append("#define RIFTCO_FP64 1")
     # NOTE: type macros come *after* the prelude: Apple's metal_stdlib (included by the
     # prelude) uses T as a template parameter name, which a prior #define T would break.
-    types = [f"#define T {c_type(dtype)}", f"#define IDX {c_type(index_dtype or np.int32)}"]
-    types += [f"#define {key} {value}" for key, value in (defines or {}).items()]
-    return "\n".join([*head, shader_text("prelude.h"), *types, shader_text(f"{family}.cl")])
+    types = [f"#define T {c_type(dtype)}", f"#define IDX {c_type(index_dtype)}"]
+    types += [f"#define {key} {value}" for key, value in defines]
+    body = expand_includes(shader_text(f"{family}.cl"), f"{family}.cl")
+    return "\n".join([*head, shader_text(_PRELUDE), *types, body])

@@ -1,0 +1,128 @@
+/* Row teams: the reduction helpers of every row-wise family (softmax, layernorm,
+ * cross-entropy, attention). Included with #include "rows.h" after the type defines; the
+ * host inlines it (sources.py), so Metal sees one source string too.
+ *
+ * A threadgroup splits into teams of `tw` threads, one row per team: tw is the whole group
+ * (long rows) or a power of two <= 32 (short rows), so teams tile any group size Metal
+ * picks (a multiple of 32). Every thread runs every barrier; a thread whose team has no
+ * row contributes the identity. Threadgroup arrays hold up to RT_MAX_GROUP threads.
+ *
+ * Kernel shape:
+ *     RowTeam rt = rt_team(P[2], LID, GROUP_SIZE);
+ *     for (int r0 = GROUP_ID * rt.teams; r0 < rows; r0 += NUM_GROUPS * rt.teams) {
+ *         int row = r0 + rt.team;
+ *         int active = rt_active(rt, row, rows);
+ *         ... strided loops j = rt.tl; j < cols; j += rt.tw, guarded by active ...
+ *         T total = rt_team_sum(buf, partial, rt);   (every thread, active or not)
+ *     }
+ */
+#ifndef RIFTCO_ROWS_H
+#define RIFTCO_ROWS_H
+
+#define RT_MAX_GROUP 1024
+
+/* This thread's place: team width tw (the requested width clamped to the group), teams
+ * per group, its team and its lane in the team; lid and gsize ride along for the
+ * reductions (helpers cannot read LID / GROUP_SIZE on Metal). */
+typedef struct {
+    int tw;
+    int teams;
+    int team;
+    int tl;
+    int lid;
+    int gsize;
+} RowTeam;
+
+INLINE RowTeam rt_team(int width, int lid, int gsize) {
+    RowTeam rt;
+    rt.tw = width >= gsize ? gsize : width;
+    rt.teams = gsize / rt.tw;
+    rt.team = lid / rt.tw;
+    rt.tl = lid - rt.team * rt.tw;
+    rt.lid = lid;
+    rt.gsize = gsize;
+    return rt;
+}
+
+/* Whether this thread's team owns `row` this round (else it only joins the barriers). */
+INLINE int rt_active(RowTeam rt, int row, int rows) {
+    return rt.team < rt.teams && row < rows;
+}
+
+INLINE int rt_pow2_at_least(int n) {
+    int p = 1;
+    while (p < n) {
+        p <<= 1;
+    }
+    return p;
+}
+
+/* Sum of v over the caller's team; every thread of the team gets it. */
+INLINE T rt_team_sum(LOCAL T* buf, T v, RowTeam rt) {
+    int lid = rt.lid;
+    buf[lid] = v;
+    BARRIER();
+    for (int h = rt_pow2_at_least(rt.tw) >> 1; h > 0; h >>= 1) {
+        if (rt.tl < h && rt.tl + h < rt.tw && lid + h < rt.gsize) {
+            buf[lid] += buf[lid + h];
+        }
+        BARRIER();
+    }
+    T total = buf[lid - rt.tl];
+    BARRIER();
+    return total;
+}
+
+/* Max of v over the caller's team; every thread of the team gets it. */
+INLINE T rt_team_max(LOCAL T* buf, T v, RowTeam rt) {
+    int lid = rt.lid;
+    buf[lid] = v;
+    BARRIER();
+    for (int h = rt_pow2_at_least(rt.tw) >> 1; h > 0; h >>= 1) {
+        if (rt.tl < h && rt.tl + h < rt.tw && lid + h < rt.gsize) {
+            buf[lid] = fmax(buf[lid], buf[lid + h]);
+        }
+        BARRIER();
+    }
+    T total = buf[lid - rt.tl];
+    BARRIER();
+    return total;
+}
+
+/* exp(m_from - m_to) with an empty side (max -inf) contributing exactly 0. */
+INLINE T rt_rescale(T m_from, T m_to) {
+    return m_from == -INFINITY_T ? (T)0.0 : exp(m_from - m_to);
+}
+
+/* Merge (max, sum of exp(x - max)) pairs over the team; the result is left in
+ * mb[lid - tl], sb[lid - tl]. The caller reads it, then issues BARRIER(). */
+INLINE void rt_team_merge(LOCAL T* mb, LOCAL T* sb, T m, T s, RowTeam rt) {
+    int lid = rt.lid;
+    mb[lid] = m;
+    sb[lid] = s;
+    BARRIER();
+    for (int h = rt_pow2_at_least(rt.tw) >> 1; h > 0; h >>= 1) {
+        if (rt.tl < h && rt.tl + h < rt.tw && lid + h < rt.gsize) {
+            T m1 = mb[lid];
+            T m2 = mb[lid + h];
+            T mm = fmax(m1, m2);
+            sb[lid] = sb[lid] * rt_rescale(m1, mm) + sb[lid + h] * rt_rescale(m2, mm);
+            mb[lid] = mm;
+        }
+        BARRIER();
+    }
+}
+
+/* Online (max, sum) update with one element; -inf elements add nothing. */
+#define RT_ONLINE(m, s, v)                                           \
+    do {                                                             \
+        T rt_v_ = (v);                                               \
+        if (rt_v_ > (m)) {                                           \
+            (s) = (s) * rt_rescale((m), rt_v_) + (T)1.0;             \
+            (m) = rt_v_;                                             \
+        } else {                                                     \
+            (s) += rt_v_ == -INFINITY_T ? (T)0.0 : exp(rt_v_ - (m)); \
+        }                                                            \
+    } while (0)
+
+#endif /* RIFTCO_ROWS_H */
