@@ -139,3 +139,59 @@ def test_flash_head_dim_limit_raises_before_launch(be: OpenCLBackend) -> None:
     with pytest.raises(ShapeError, match=r"^\[flash_attention\].*D=130"):
         F.flash_attention(q, q, q, 1.0, True)
     assert be._stats.launches == launches
+
+
+_FLASH_CPU = {"flash_forward_rows", "flash_backward_dq_rows", "flash_backward_dkdv_rows"}
+_FLASH_GPU = {"flash_forward", "flash_backward_dq", "flash_backward_dkdv"}
+
+
+def _flash_check_shapes(backend: OpenCLBackend, what: str) -> None:
+    """Flash forward and backward against the float64 reference, in shapes that hit the
+    partial key tiles (T=13, 65) and the scalar tail of the D loop (D=6, 33)."""
+    rng = np.random.default_rng(17)
+    for dtype in _dtypes(backend):
+        for shape in ((1, 1, 1, 4), (1, 3, 13, 6), (2, 2, 65, 33)):
+            for causal in (True, False):
+                q, k, v, do = (rng.normal(size=shape).astype(dtype) for _ in range(4))
+                scale = 1 / math.sqrt(shape[-1])
+                ref = attention_ref(q, k, v, do, scale, causal)
+                tq, tk, tv, tdo = map(backend.from_numpy, (q, k, v, do))
+                out, lse = F.flash_attention(tq, tk, tv, scale, causal)
+                tag = f"{what} {shape} causal={causal}"
+                _close(out, ref["out"], dtype, f"flash {tag}", scale=3)
+                _close(lse, ref["lse"], dtype, f"flash lse {tag}", scale=3)
+                grads = [
+                    [
+                        g.numpy()
+                        for g in F.flash_attention_backward(
+                            tdo, tq, tk, tv, out, lse, scale, causal
+                        )
+                    ]
+                    for _ in range(2)
+                ]
+                rtol, atol = TOL[np.dtype(dtype)]
+                for name, g, g2 in zip(("dq", "dk", "dv"), *grads, strict=True):
+                    assert_close(g, ref[name], rtol=rtol * 10, atol=atol * 10, msg=f"{name} {tag}")
+                    np.testing.assert_array_equal(g.view(np.uint8), g2.view(np.uint8))
+
+
+@pytest.mark.parametrize("group", [96, 352])
+def test_flash_cpu_shaped_kernels_on_cpu_device(group: int) -> None:
+    """On PoCL the host picks the barrier-free one-row-per-thread flash kernels of
+    flash_attention_cpu.cl; they are deterministic (bitwise equal reruns)."""
+    backend = OpenCLBackend(0, group_size=group)
+    if not backend.runtime.is_cpu:
+        pytest.skip("the device is a GPU: the CPU-shaped flash kernels are not chosen")
+    _flash_check_shapes(backend, f"cpu kernels @{group}")
+    used = {key[-1] for key in backend._kernels}
+    assert _FLASH_CPU <= used and not used & _FLASH_GPU, used
+
+
+@pytest.mark.parametrize("group", [96, 352])
+def test_flash_gpu_shaped_kernels_on_cpu_device(group: int) -> None:
+    """The tiled flash kernels that GPUs and Metal run keep working when forced on PoCL."""
+    backend = OpenCLBackend(0, group_size=group)
+    backend.runtime.is_cpu = False
+    _flash_check_shapes(backend, f"gpu kernels @{group}")
+    used = {key[-1] for key in backend._kernels}
+    assert _FLASH_GPU <= used and not used & _FLASH_CPU, used

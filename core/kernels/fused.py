@@ -26,6 +26,8 @@ if TYPE_CHECKING:
 FLASH_MAX_HEAD_DIM = 128
 #: Query rows per flash block (float; double uses half): mirrors FA_BQ / FB_BR in the shader.
 _FLASH_ROWS = 16
+#: Rows per thread of the CPU-shaped flash kernels: mirrors FC_R in flash_attention_cpu.cl.
+_FLASH_CPU_ROWS = 2
 #: Cap on the threads asked for by grid-stride kernels; they loop over the rest.
 _MAX_THREADS = 1 << 21
 #: Rows at least this long are reduced by a whole threadgroup, shorter ones by a team.
@@ -263,6 +265,14 @@ class FusedKernels:
                 f"split heads so that D <= {FLASH_MAX_HEAD_DIM}"
             )
 
+    def _flash_rows(self) -> bool:
+        """CPU devices (PoCL) take the barrier-free few-rows-per-thread kernels of
+        ``shaders/flash_attention_cpu.cl``; GPUs and Metal the tiled ones."""
+        return bool(getattr(getattr(self, "runtime", None), "is_cpu", False))
+
+    def _flash_cpu_threads(self, bh: int, t: int) -> int:
+        return _flat_threads(bh * -(-t // _FLASH_CPU_ROWS))
+
     def _flash_threads(self, bh: int, t: int) -> int:
         blocks = bh * -(-t // _FLASH_ROWS)
         return max(1, min(blocks * 256, _MAX_THREADS))
@@ -278,6 +288,12 @@ class FusedKernels:
         if q.size == 0:
             return out, lse
         bh = b * h
+        if self._flash_rows():
+            self.launch(
+                "flash_attention_cpu", "flash_forward_rows", dt, self._flash_cpu_threads(bh, t),
+                out, lse, q, k, v, ints=(bh, t, d, int(causal)), floats=(scale,),
+            )  # fmt: skip
+            return out, lse
         # Float tiles hold 16 query rows; double tiles 8 (more, smaller blocks: same math).
         threads = self._flash_threads(bh, t) * (2 if dt == np.float64 else 1)
         self.launch(
@@ -312,6 +328,17 @@ class FusedKernels:
             "flash_attention", "flash_backward_rowdot", dt, _flat_threads(bh * t),
             drow, dout, out, ints=ints,
         )  # fmt: skip
+        if self._flash_rows():
+            rows = self._flash_cpu_threads(bh, t)
+            self.launch(
+                "flash_attention_cpu", "flash_backward_dkdv_rows", dt, rows,
+                dk, dv, q, k, v, dout, lse, drow, ints=ints, floats=(scale,),
+            )  # fmt: skip
+            self.launch(
+                "flash_attention_cpu", "flash_backward_dq_rows", dt, rows,
+                dq, q, k, v, dout, lse, drow, ints=ints, floats=(scale,),
+            )  # fmt: skip
+            return dq, dk, dv
         threads = min(self._flash_threads(bh, t) * (2 if dt == np.float64 else 1), _MAX_THREADS)
         self.launch(
             "flash_attention", "flash_backward_dkdv", dt, threads,

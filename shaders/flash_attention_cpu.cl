@@ -1,0 +1,325 @@
+/* Flash attention for CPU-class OpenCL devices (PoCL): no threadgroup memory, no barrier.
+ * PoCL turns a barrier into per-region work-item loops that spill every value live across
+ * it, so these kernels give each thread FC_R rows (query rows for the forward and dq, key
+ * rows for dk/dv) and keep their running state in private arrays, streaming the other
+ * operand's rows straight from global memory (they stay in cache: one head's K and V are
+ * T * D elements each); each streamed row feeds FC_R dot products. GPUs and Metal keep the
+ * tiled kernels of flash_attention.cl; the host picks these when the runtime reports is_cpu
+ * (threads = BH * ceil(T / FC_R), _FLASH_CPU_ROWS in core/kernels/fused.py).
+ *
+ * Same parameters as flash_attention.cl: P = [BH, T, D, causal], F = [scale]; D <= FC_DMAX
+ * (the host refuses larger D). Every kernel is grid-stride over rows, so any group size
+ * and any thread count work.
+ *
+ * Dot products over D run in FC_VW independent lanes (part[c][u]) so that the fixed-trip,
+ * unrolled u loops vectorise without reassociating a reduction (no fast math); a D that is
+ * not a multiple of FC_VW finishes with a scalar tail. Rows are taken FC_BK at a time; a
+ * row past the visible range is clamped to a valid address and its score set to -inf
+ * before the exp (exp(-inf) = 0: no branch around the exp, so PoCL vectorises it).
+ * Sums run in a fixed order and each output element has one writer: deterministic.
+ */
+
+#define FC_DMAX 128
+#define FC_R 2
+#define FC_BK 8
+#define FC_VW 4
+
+/* x[c] = exp(x[c]) for the FC_BK entries of a private row: one OpenCL vector exp, since
+ * PoCL leaves the scalar calls of flash_backward_dkdv_rows unvectorised (the other kernels
+ * measured no faster with it), element-wise under Metal (syntax check only). */
+#if defined(__OPENCL_VERSION__) && FC_BK == 8
+#define FC_EXP_ROW(x) vstore8(exp(vload8(0, x)), 0, x)
+#else
+#define FC_EXP_ROW(x)                                                                \
+    {                                                                                \
+        UNROLL for (int c_ = 0; c_ < FC_BK; c_++) (x)[c_] = exp((x)[c_]);            \
+    }
+#endif
+
+/* s[r][c] = x[r] . rows[idx[c]] for FC_R rows x (at xs + xi[r] * D) and FC_BK rows. */
+#define FC_DOTS_R(s, xs, xi, rows, idx, D)                                           \
+    {                                                                                \
+        T part[FC_R][FC_BK][FC_VW];                                                  \
+        UNROLL for (int r = 0; r < FC_R; r++) {                                      \
+            UNROLL for (int c = 0; c < FC_BK; c++) {                                 \
+                UNROLL for (int u = 0; u < FC_VW; u++) part[r][c][u] = (T)0.0;       \
+            }                                                                        \
+        }                                                                            \
+        int dfull = (D / FC_VW) * FC_VW;                                             \
+        for (int d0 = 0; d0 < dfull; d0 += FC_VW) {                                  \
+            T xv[FC_R][FC_VW];                                                       \
+            UNROLL for (int r = 0; r < FC_R; r++) {                                  \
+                UNROLL for (int u = 0; u < FC_VW; u++) xv[r][u] = xs[(long)xi[r] * D + d0 + u]; \
+            }                                                                        \
+            UNROLL for (int c = 0; c < FC_BK; c++) {                                 \
+                GLOBAL const T* rr = rows + (long)idx[c] * D + d0;                   \
+                T rv[FC_VW];                                                         \
+                UNROLL for (int u = 0; u < FC_VW; u++) rv[u] = rr[u];                \
+                UNROLL for (int r = 0; r < FC_R; r++) {                              \
+                    UNROLL for (int u = 0; u < FC_VW; u++) part[r][c][u] += xv[r][u] * rv[u]; \
+                }                                                                    \
+            }                                                                        \
+        }                                                                            \
+        for (int d = dfull; d < D; d++) {                                            \
+            UNROLL for (int c = 0; c < FC_BK; c++) {                                 \
+                T rd = rows[(long)idx[c] * D + d];                                   \
+                UNROLL for (int r = 0; r < FC_R; r++) part[r][c][0] += xs[(long)xi[r] * D + d] * rd; \
+            }                                                                        \
+        }                                                                            \
+        UNROLL for (int r = 0; r < FC_R; r++) {                                      \
+            UNROLL for (int c = 0; c < FC_BK; c++) {                                 \
+                T acc = (T)0.0;                                                      \
+                UNROLL for (int u = 0; u < FC_VW; u++) acc += part[r][c][u];         \
+                s[r][c] = acc;                                                       \
+            }                                                                        \
+        }                                                                            \
+    }
+
+/* acc[r][d] = acc[r][d] * keep[r] + sum_c w[r][c] * rows[idx[c] * D + d] for d < D. */
+#define FC_AXPY_R(acc, keep, w, rows, idx, D)                                        \
+    {                                                                                \
+        int dfull = (D / FC_VW) * FC_VW;                                             \
+        for (int d0 = 0; d0 < dfull; d0 += FC_VW) {                                  \
+            T a[FC_R][FC_VW];                                                        \
+            UNROLL for (int r = 0; r < FC_R; r++) {                                  \
+                UNROLL for (int u = 0; u < FC_VW; u++) a[r][u] = acc[r][d0 + u] * keep[r]; \
+            }                                                                        \
+            UNROLL for (int c = 0; c < FC_BK; c++) {                                 \
+                GLOBAL const T* rr = rows + (long)idx[c] * D + d0;                   \
+                T rv[FC_VW];                                                         \
+                UNROLL for (int u = 0; u < FC_VW; u++) rv[u] = rr[u];                \
+                UNROLL for (int r = 0; r < FC_R; r++) {                              \
+                    UNROLL for (int u = 0; u < FC_VW; u++) a[r][u] += w[r][c] * rv[u]; \
+                }                                                                    \
+            }                                                                        \
+            UNROLL for (int r = 0; r < FC_R; r++) {                                  \
+                UNROLL for (int u = 0; u < FC_VW; u++) acc[r][d0 + u] = a[r][u];     \
+            }                                                                        \
+        }                                                                            \
+        for (int d = dfull; d < D; d++) {                                            \
+            UNROLL for (int r = 0; r < FC_R; r++) {                                  \
+                T a = acc[r][d] * keep[r];                                           \
+                UNROLL for (int c = 0; c < FC_BK; c++) a += w[r][c] * rows[(long)idx[c] * D + d]; \
+                acc[r][d] = a;                                                       \
+            }                                                                        \
+        }                                                                            \
+    }
+
+/* FC_R query rows per thread: online softmax over key tiles, output rows in private arrays. */
+KERNEL void flash_forward_rows(GLOBAL T* out ARG(0), GLOBAL T* lse ARG(1),
+                               GLOBAL const T* q ARG(2), GLOBAL const T* k ARG(3),
+                               GLOBAL const T* v ARG(4), GLOBAL const int* P ARG(5),
+                               GLOBAL const T* F ARG(6) THREAD_ARGS) {
+    int BH = P[0];
+    int Tn = P[1];
+    int D = P[2] < FC_DMAX ? P[2] : FC_DMAX;
+    int causal = P[3];
+    T scale = F[0];
+    T acc[FC_R][FC_DMAX];
+    int nb = (Tn + FC_R - 1) / FC_R;
+    for (int blk = GID; blk < BH * nb; blk += GLOBAL_SIZE) {
+        int bh = blk / nb;
+        int i0 = (blk - bh * nb) * FC_R;
+        GLOBAL const T* qb = q + (long)bh * Tn * D;
+        GLOBAL const T* kb = k + (long)bh * Tn * D;
+        GLOBAL const T* vb = v + (long)bh * Tn * D;
+        int qi[FC_R];
+        int kend[FC_R];
+        T m[FC_R];
+        T l[FC_R];
+        UNROLL for (int r = 0; r < FC_R; r++) {
+            qi[r] = i0 + r < Tn ? i0 + r : Tn - 1;
+            kend[r] = causal ? qi[r] + 1 : Tn;
+            m[r] = -INFINITY_T;
+            l[r] = (T)0.0;
+            for (int d = 0; d < D; d++) {
+                acc[r][d] = (T)0.0;
+            }
+        }
+        int k_end = kend[FC_R - 1];
+        for (int j0 = 0; j0 < k_end; j0 += FC_BK) {
+            int idx[FC_BK];
+            UNROLL for (int c = 0; c < FC_BK; c++) {
+                idx[c] = j0 + c < k_end ? j0 + c : k_end - 1;
+            }
+            T s[FC_R][FC_BK];
+            FC_DOTS_R(s, qb, qi, kb, idx, D);
+            T cr[FC_R];
+            UNROLL for (int r = 0; r < FC_R; r++) {
+                T m_new = m[r];
+                UNROLL for (int c = 0; c < FC_BK; c++) {
+                    s[r][c] = j0 + c < kend[r] ? s[r][c] * scale : -INFINITY_T;
+                    m_new = fmax(m_new, s[r][c]);
+                }
+                /* exp(-inf - m_use) = 0 with no branch, so the exps vectorise */
+                T m_use = m_new == -INFINITY_T ? (T)0.0 : m_new;
+                T lsum = (T)0.0;
+                UNROLL for (int c = 0; c < FC_BK; c++) {
+                    s[r][c] = exp(s[r][c] - m_use);
+                    lsum += s[r][c];
+                }
+                cr[r] = exp(m[r] - m_use);
+                l[r] = l[r] * cr[r] + lsum;
+                m[r] = m_new;
+            }
+            FC_AXPY_R(acc, cr, s, vb, idx, D);
+        }
+        UNROLL for (int r = 0; r < FC_R; r++) {
+            if (i0 + r < Tn) {
+                long row = (long)bh * Tn + i0 + r;
+                for (int d = 0; d < D; d++) {
+                    out[row * D + d] = acc[r][d] / l[r];
+                }
+                lse[row] = m[r] + log(l[r]);
+            }
+        }
+    }
+}
+
+/* dq for FC_R query rows per thread, streaming key rows; drow = rowsum(dO * O). */
+KERNEL void flash_backward_dq_rows(GLOBAL T* dq ARG(0), GLOBAL const T* q ARG(1),
+                                   GLOBAL const T* k ARG(2), GLOBAL const T* v ARG(3),
+                                   GLOBAL const T* dout ARG(4), GLOBAL const T* lse ARG(5),
+                                   GLOBAL const T* drow ARG(6), GLOBAL const int* P ARG(7),
+                                   GLOBAL const T* F ARG(8) THREAD_ARGS) {
+    int BH = P[0];
+    int Tn = P[1];
+    int D = P[2] < FC_DMAX ? P[2] : FC_DMAX;
+    int causal = P[3];
+    T scale = F[0];
+    T acc[FC_R][FC_DMAX];
+    int nb = (Tn + FC_R - 1) / FC_R;
+    for (int blk = GID; blk < BH * nb; blk += GLOBAL_SIZE) {
+        int bh = blk / nb;
+        int i0 = (blk - bh * nb) * FC_R;
+        long rbase = (long)bh * Tn;
+        GLOBAL const T* qb = q + rbase * D;
+        GLOBAL const T* dob = dout + rbase * D;
+        GLOBAL const T* kb = k + rbase * D;
+        GLOBAL const T* vb = v + rbase * D;
+        int qi[FC_R];
+        int kend[FC_R];
+        T li[FC_R];
+        T di[FC_R];
+        T one[FC_R];
+        UNROLL for (int r = 0; r < FC_R; r++) {
+            qi[r] = i0 + r < Tn ? i0 + r : Tn - 1;
+            kend[r] = causal ? qi[r] + 1 : Tn;
+            li[r] = lse[rbase + qi[r]];
+            di[r] = drow[rbase + qi[r]];
+            one[r] = (T)1.0;
+            for (int d = 0; d < D; d++) {
+                acc[r][d] = (T)0.0;
+            }
+        }
+        int k_end = kend[FC_R - 1];
+        for (int j0 = 0; j0 < k_end; j0 += FC_BK) {
+            int idx[FC_BK];
+            UNROLL for (int c = 0; c < FC_BK; c++) {
+                idx[c] = j0 + c < k_end ? j0 + c : k_end - 1;
+            }
+            T s[FC_R][FC_BK];
+            T dp[FC_R][FC_BK];
+            FC_DOTS_R(s, qb, qi, kb, idx, D);
+            FC_DOTS_R(dp, dob, qi, vb, idx, D);
+            /* masked entries give exp(-inf) = 0; separate unrolled passes vectorise */
+            UNROLL for (int r = 0; r < FC_R; r++) {
+                UNROLL for (int c = 0; c < FC_BK; c++) {
+                    s[r][c] = j0 + c < kend[r] ? s[r][c] * scale : -INFINITY_T;
+                }
+            }
+            UNROLL for (int r = 0; r < FC_R; r++) {
+                UNROLL for (int c = 0; c < FC_BK; c++) s[r][c] = exp(s[r][c] - li[r]);
+            }
+            UNROLL for (int r = 0; r < FC_R; r++) {
+                UNROLL for (int c = 0; c < FC_BK; c++) s[r][c] *= dp[r][c] - di[r];
+            }
+            FC_AXPY_R(acc, one, s, kb, idx, D);
+        }
+        UNROLL for (int r = 0; r < FC_R; r++) {
+            if (i0 + r < Tn) {
+                long row = rbase + i0 + r;
+                for (int d = 0; d < D; d++) {
+                    dq[row * D + d] = scale * acc[r][d];
+                }
+            }
+        }
+    }
+}
+
+/* dk, dv for FC_R key rows per thread, streaming query rows and rebuilding P from lse. */
+KERNEL void flash_backward_dkdv_rows(GLOBAL T* dk ARG(0), GLOBAL T* dv ARG(1),
+                                     GLOBAL const T* q ARG(2), GLOBAL const T* k ARG(3),
+                                     GLOBAL const T* v ARG(4), GLOBAL const T* dout ARG(5),
+                                     GLOBAL const T* lse ARG(6), GLOBAL const T* drow ARG(7),
+                                     GLOBAL const int* P ARG(8), GLOBAL const T* F ARG(9)
+                                     THREAD_ARGS) {
+    int BH = P[0];
+    int Tn = P[1];
+    int D = P[2] < FC_DMAX ? P[2] : FC_DMAX;
+    int causal = P[3];
+    T scale = F[0];
+    T acck[FC_R][FC_DMAX];
+    T accv[FC_R][FC_DMAX];
+    int nb = (Tn + FC_R - 1) / FC_R;
+    for (int blk = GID; blk < BH * nb; blk += GLOBAL_SIZE) {
+        int bh = blk / nb;
+        int j0 = (blk - bh * nb) * FC_R;
+        long rbase = (long)bh * Tn;
+        GLOBAL const T* qb = q + rbase * D;
+        GLOBAL const T* dob = dout + rbase * D;
+        GLOBAL const T* kb = k + rbase * D;
+        GLOBAL const T* vb = v + rbase * D;
+        int kj[FC_R];
+        T one[FC_R];
+        UNROLL for (int r = 0; r < FC_R; r++) {
+            kj[r] = j0 + r < Tn ? j0 + r : Tn - 1;
+            one[r] = (T)1.0;
+            for (int d = 0; d < D; d++) {
+                acck[r][d] = (T)0.0;
+                accv[r][d] = (T)0.0;
+            }
+        }
+        int i_start = causal ? kj[0] : 0;
+        for (int i0 = i_start; i0 < Tn; i0 += FC_BK) {
+            int idx[FC_BK];
+            UNROLL for (int c = 0; c < FC_BK; c++) {
+                idx[c] = i0 + c < Tn ? i0 + c : Tn - 1;
+            }
+            T s[FC_R][FC_BK];
+            T dp[FC_R][FC_BK];
+            FC_DOTS_R(s, kb, kj, qb, idx, D);
+            FC_DOTS_R(dp, vb, kj, dob, idx, D);
+            T lc[FC_BK];
+            T dc[FC_BK];
+            UNROLL for (int c = 0; c < FC_BK; c++) {
+                lc[c] = lse[rbase + idx[c]];
+                dc[c] = drow[rbase + idx[c]];
+            }
+            /* masked entries give exp(-inf) = 0; separate unrolled passes vectorise */
+            UNROLL for (int r = 0; r < FC_R; r++) {
+                UNROLL for (int c = 0; c < FC_BK; c++) {
+                    int seen = i0 + c < Tn && !(causal && i0 + c < kj[r]);
+                    s[r][c] = seen ? s[r][c] * scale - lc[c] : -INFINITY_T;
+                }
+                FC_EXP_ROW(s[r]);
+            }
+            UNROLL for (int r = 0; r < FC_R; r++) {
+                UNROLL for (int c = 0; c < FC_BK; c++) {
+                    dp[r][c] = scale * s[r][c] * (dp[r][c] - dc[c]);
+                }
+            }
+            FC_AXPY_R(accv, one, s, dob, idx, D);
+            FC_AXPY_R(acck, one, dp, qb, idx, D);
+        }
+        UNROLL for (int r = 0; r < FC_R; r++) {
+            if (j0 + r < Tn) {
+                long row = rbase + j0 + r;
+                for (int d = 0; d < D; d++) {
+                    dk[row * D + d] = acck[r][d];
+                    dv[row * D + d] = accv[r][d];
+                }
+            }
+        }
+    }
+}
