@@ -298,6 +298,63 @@ class BackendBase:
         return f"<{type(self).__name__} {self.name}:{self.device_index}>"
 
 
+class ElementwiseByName:
+    """Optional mixin for backends whose elementwise kernels are picked by name.
+
+    Define :meth:`unary` and :meth:`binary` once; every named protocol method (``neg`` ...
+    ``abs``, ``add`` ... ``minimum``) forwards to them with its own name, so a backend does
+    not repeat thirteen one-line methods. Not part of the protocol: a backend may define
+    the named methods itself instead (the numpy backends do, one ufunc each).
+    """
+
+    def unary(self, op: str, x: Tensor) -> Tensor:
+        """``op`` is one of ``neg exp log sqrt rsqrt tanh abs``."""
+        raise NotImplementedError(f"{type(self).__name__} must define unary()")
+
+    def binary(self, op: str, a: Tensor, b: Tensor) -> Tensor:
+        """``op`` is one of ``add sub mul div maximum minimum``."""
+        raise NotImplementedError(f"{type(self).__name__} must define binary()")
+
+    def neg(self, x: Tensor) -> Tensor:
+        return self.unary("neg", x)
+
+    def exp(self, x: Tensor) -> Tensor:
+        return self.unary("exp", x)
+
+    def log(self, x: Tensor) -> Tensor:
+        return self.unary("log", x)
+
+    def sqrt(self, x: Tensor) -> Tensor:
+        return self.unary("sqrt", x)
+
+    def rsqrt(self, x: Tensor) -> Tensor:
+        return self.unary("rsqrt", x)
+
+    def tanh(self, x: Tensor) -> Tensor:
+        return self.unary("tanh", x)
+
+    def abs(self, x: Tensor) -> Tensor:
+        return self.unary("abs", x)
+
+    def add(self, a: Tensor, b: Tensor) -> Tensor:
+        return self.binary("add", a, b)
+
+    def sub(self, a: Tensor, b: Tensor) -> Tensor:
+        return self.binary("sub", a, b)
+
+    def mul(self, a: Tensor, b: Tensor) -> Tensor:
+        return self.binary("mul", a, b)
+
+    def div(self, a: Tensor, b: Tensor) -> Tensor:
+        return self.binary("div", a, b)
+
+    def maximum(self, a: Tensor, b: Tensor) -> Tensor:
+        return self.binary("maximum", a, b)
+
+    def minimum(self, a: Tensor, b: Tensor) -> Tensor:
+        return self.binary("minimum", a, b)
+
+
 def missing_primitives(cls: type) -> list[str]:
     """Names of required methods ``cls`` lacks (used at plugin load time)."""
     return [op for op in PRIMITIVE_OPS if not callable(getattr(cls, op, None))]

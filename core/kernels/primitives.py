@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..backend import ElementwiseByName
 from .layout import reduction_groups
 from .sources import c_type
 
@@ -30,7 +31,7 @@ _PANEL_M, _PANEL_N = 8, 16
 _COLUMN_THREADS = 16384
 
 
-class PrimitiveKernels:
+class PrimitiveKernels(ElementwiseByName):
     """The required primitives (plus AdamW) as launches of ``shaders/`` kernels."""
 
     launch: Any
@@ -38,54 +39,18 @@ class PrimitiveKernels:
     runtime: Any
 
     # -- elementwise --------------------------------------------------------------------------
-    def _unary(self, op: str, x: Tensor) -> Tensor:
+    def unary(self, op: str, x: Tensor) -> Tensor:
         out = self.empty(x.shape, x.dtype)
         self.launch("elementwise", f"unary_{op}", x.dtype, x.size, out, x, ints=[x.size])
         return out
 
-    def neg(self, x: Tensor) -> Tensor:
-        return self._unary("neg", x)
+    def binary(self, op: str, a: Tensor, b: Tensor) -> Tensor:
+        return self._binary(f"binary_{op}", a, b)
 
-    def exp(self, x: Tensor) -> Tensor:
-        return self._unary("exp", x)
-
-    def log(self, x: Tensor) -> Tensor:
-        return self._unary("log", x)
-
-    def sqrt(self, x: Tensor) -> Tensor:
-        return self._unary("sqrt", x)
-
-    def rsqrt(self, x: Tensor) -> Tensor:
-        return self._unary("rsqrt", x)
-
-    def tanh(self, x: Tensor) -> Tensor:
-        return self._unary("tanh", x)
-
-    def abs(self, x: Tensor) -> Tensor:
-        return self._unary("abs", x)
-
-    def _binary(self, op: str, a: Tensor, b: Tensor) -> Tensor:
+    def _binary(self, kernel: str, a: Tensor, b: Tensor) -> Tensor:
         out = self.empty(a.shape, a.dtype)
-        self.launch("elementwise", op, a.dtype, a.size, out, a, b, ints=[a.size])
+        self.launch("elementwise", kernel, a.dtype, a.size, out, a, b, ints=[a.size])
         return out
-
-    def add(self, a: Tensor, b: Tensor) -> Tensor:
-        return self._binary("binary_add", a, b)
-
-    def sub(self, a: Tensor, b: Tensor) -> Tensor:
-        return self._binary("binary_sub", a, b)
-
-    def mul(self, a: Tensor, b: Tensor) -> Tensor:
-        return self._binary("binary_mul", a, b)
-
-    def div(self, a: Tensor, b: Tensor) -> Tensor:
-        return self._binary("binary_div", a, b)
-
-    def maximum(self, a: Tensor, b: Tensor) -> Tensor:
-        return self._binary("binary_maximum", a, b)
-
-    def minimum(self, a: Tensor, b: Tensor) -> Tensor:
-        return self._binary("binary_minimum", a, b)
 
     def compare(self, a: Tensor, b: Tensor, op: str) -> Tensor:
         return self._binary(f"cmp_{op}", a, b)

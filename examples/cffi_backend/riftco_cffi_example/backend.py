@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 import riftco
-from riftco.backend import BackendBase, DeviceInfo
+from riftco.backend import BackendBase, DeviceInfo, ElementwiseByName
 from riftco.tensor import Tensor, dense_strides
 
 F32, I32 = np.dtype(np.float32), np.dtype(np.int32)
@@ -48,7 +48,7 @@ class CBuffer:
         self.nbytes = nbytes
 
 
-class CffiBackend(BackendBase):
+class CffiBackend(ElementwiseByName, BackendBase):
     name: ClassVar[str] = "cffi_example"
     priority: ClassVar[int] = -10  # an example: never chosen by "auto" over a real backend
     protocol_version: ClassVar[tuple[int, int]] = (1, 0)
@@ -143,54 +143,17 @@ class CffiBackend(BackendBase):
         }
 
     # -- elementwise ----------------------------------------------------------------------
-    def _unary(self, op: str, x: Tensor) -> Tensor:
+    # ElementwiseByName turns neg/exp/.../abs into unary(op) and add/.../minimum into
+    # binary(op): one C entry point each, selected by an op code.
+    def unary(self, op: str, x: Tensor) -> Tensor:
         out = self._new(x.shape, x.dtype)
         self.lib.rc_unary(_UNARY[op], self._p(x), self._p(out), x.size)
         return out
 
-    def neg(self, x: Tensor) -> Tensor:
-        return self._unary("neg", x)
-
-    def exp(self, x: Tensor) -> Tensor:
-        return self._unary("exp", x)
-
-    def log(self, x: Tensor) -> Tensor:
-        return self._unary("log", x)
-
-    def sqrt(self, x: Tensor) -> Tensor:
-        return self._unary("sqrt", x)
-
-    def rsqrt(self, x: Tensor) -> Tensor:
-        return self._unary("rsqrt", x)
-
-    def tanh(self, x: Tensor) -> Tensor:
-        return self._unary("tanh", x)
-
-    def abs(self, x: Tensor) -> Tensor:
-        return self._unary("abs", x)
-
-    def _binary(self, op: str, a: Tensor, b: Tensor) -> Tensor:
+    def binary(self, op: str, a: Tensor, b: Tensor) -> Tensor:
         out = self._new(a.shape, a.dtype)
         self.lib.rc_binary(_BINARY[op], self._p(a), self._p(b), self._p(out), a.size)
         return out
-
-    def add(self, a: Tensor, b: Tensor) -> Tensor:
-        return self._binary("add", a, b)
-
-    def sub(self, a: Tensor, b: Tensor) -> Tensor:
-        return self._binary("sub", a, b)
-
-    def mul(self, a: Tensor, b: Tensor) -> Tensor:
-        return self._binary("mul", a, b)
-
-    def div(self, a: Tensor, b: Tensor) -> Tensor:
-        return self._binary("div", a, b)
-
-    def maximum(self, a: Tensor, b: Tensor) -> Tensor:
-        return self._binary("maximum", a, b)
-
-    def minimum(self, a: Tensor, b: Tensor) -> Tensor:
-        return self._binary("minimum", a, b)
 
     def _scalar(self, code: int, x: Tensor, value: float) -> Tensor:
         out = self._new(x.shape, x.dtype)
