@@ -15,9 +15,9 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 test: $(STAMP)
+	$(BIN)/python -m pip install --quiet ./examples/cffi_backend
 	$(BIN)/python -m pytest -q
 	$(BIN)/riftco conformance cpu --quiet
-	$(BIN)/python -m pip install --quiet ./examples/cffi_backend
 	$(BIN)/riftco conformance cffi_example --quiet
 	$(BIN)/riftco conformance native --quiet
 	$(MAKE) --no-print-directory conformance-gpu
