@@ -328,24 +328,14 @@ class FusedKernels:
             "flash_attention", "flash_backward_rowdot", dt, _flat_threads(bh * t),
             drow, dout, out, ints=ints,
         )  # fmt: skip
-        if self._flash_rows():
-            rows = self._flash_cpu_threads(bh, t)
+        if self._flash_rows():  # barrier-free row kernels for CPU-class devices
+            family, suffix, threads = "flash_attention_cpu", "_rows", self._flash_cpu_threads(bh, t)
+        else:
+            family, suffix = "flash_attention", ""
+            threads = min(self._flash_threads(bh, t) * (2 if dt == np.float64 else 1), _MAX_THREADS)
+        for kernel, outs in (("flash_backward_dkdv", (dk, dv)), ("flash_backward_dq", (dq,))):
             self.launch(
-                "flash_attention_cpu", "flash_backward_dkdv_rows", dt, rows,
-                dk, dv, q, k, v, dout, lse, drow, ints=ints, floats=(scale,),
+                family, kernel + suffix, dt, threads,
+                *outs, q, k, v, dout, lse, drow, ints=ints, floats=(scale,),
             )  # fmt: skip
-            self.launch(
-                "flash_attention_cpu", "flash_backward_dq_rows", dt, rows,
-                dq, q, k, v, dout, lse, drow, ints=ints, floats=(scale,),
-            )  # fmt: skip
-            return dq, dk, dv
-        threads = min(self._flash_threads(bh, t) * (2 if dt == np.float64 else 1), _MAX_THREADS)
-        self.launch(
-            "flash_attention", "flash_backward_dkdv", dt, threads,
-            dk, dv, q, k, v, dout, lse, drow, ints=ints, floats=(scale,),
-        )  # fmt: skip
-        self.launch(
-            "flash_attention", "flash_backward_dq", dt, threads,
-            dq, q, k, v, dout, lse, drow, ints=ints, floats=(scale,),
-        )  # fmt: skip
         return dq, dk, dv
