@@ -51,8 +51,17 @@ class DomainError(RiftcoError, ValueError):
     """An input is outside an operation's domain (``log`` of a non-positive value, ...)."""
 
 
+class OutOfMemoryError(RiftcoError, MemoryError):
+    """A backend could not allocate a buffer; the message names the op, shape, dtype, bytes."""
+
+
 class KernelCompileError(RiftcoError, RuntimeError):
     """A GPU kernel failed to build; the message holds the kernel name and compiler log."""
+
+
+class BackendContractError(RiftcoError, RuntimeError):
+    """A backend broke an op's result contract (wrong dtype, shape, count, or an alias of
+    an input where a new tensor is promised). The message names the op and the backend."""
 
 
 class ValidationError(RiftcoError, AssertionError):

@@ -3,6 +3,11 @@
 Views (reshape of dense data, transpose, permute, broadcast_to, basic slicing) share the
 buffer *and* the :class:`Storage` version counter with their base and cost no kernel.
 Strides and offsets are counted in elements, not bytes.
+
+This module sits below the ops and device layers and imports neither: the few methods
+that need them (arithmetic operators, ``numpy()``, ``contiguous()``, ``to()``, ``device``)
+call through :data:`LAYERS`, which ``riftco.ops`` and ``riftco.device`` fill in when they
+load. So the import graph stays a tree: tensor <- ops <- device <- everything else.
 """
 
 from __future__ import annotations
@@ -17,7 +22,18 @@ import numpy as np
 from .errors import DTypeError, ShapeError
 
 if TYPE_CHECKING:
+    from .backend import Backend
     from .device import Device
+
+
+class _Layers:
+    """The layers above Tensor, registered by them at import (see the module docstring)."""
+
+    ops: Any = None  # riftco.ops
+    devices: Any = None  # riftco.device
+
+
+LAYERS = _Layers()
 
 
 class Storage:
@@ -60,9 +76,11 @@ def _normalize_axis(axis: int, ndim: int, op: str) -> int:
 class Tensor:
     __slots__ = ("backend", "storage", "shape", "strides", "offset", "dtype", "__weakref__")
 
+    backend: Backend
+
     def __init__(
         self,
-        backend: Any,
+        backend: Backend,
         storage: Storage,
         shape: tuple[int, ...],
         strides: tuple[int, ...],
@@ -79,7 +97,7 @@ class Tensor:
     @classmethod
     def _dense(
         cls,
-        backend: Any,
+        backend: Backend,
         buffer: Any,
         shape: tuple[int, ...],
         dtype: np.dtype,
@@ -115,9 +133,7 @@ class Tensor:
 
     @property
     def device(self) -> Device:
-        from .device import Device
-
-        return Device(self.backend.name, self.backend.device_index)
+        return LAYERS.devices.Device(self.backend.name, self.backend.device_index)
 
     @property
     def is_dense(self) -> bool:
@@ -145,7 +161,7 @@ class Tensor:
     # -- host access --------------------------------------------------------------------
     def numpy(self) -> np.ndarray:
         """Copy to a new host array (a synchronisation point)."""
-        return self.backend.to_numpy(self)
+        return LAYERS.ops.download(self)
 
     def item(self) -> float | int:
         if self.size != 1:
@@ -158,17 +174,14 @@ class Tensor:
         return self.numpy().tolist()
 
     def contiguous(self) -> Tensor:
-        """This tensor if dense, else a dense copy made by the backend."""
+        """This tensor if dense, else a dense copy made by its backend (``copy_strided``)."""
         if self.is_dense:
             return self
-        return self.backend.copy_strided(self)
+        return LAYERS.ops.contiguous(self)
 
     def to(self, device: Any) -> Tensor:
         """Copy to another device (the only way data moves between backends)."""
-        from .device import as_device
-
-        dev = as_device(device)
-        target = dev.backend
+        target = LAYERS.devices.device(device).backend
         if target is self.backend:
             return self
         if self.dtype not in target.dtypes:
@@ -177,7 +190,7 @@ class Tensor:
                 f"[to] backend {target.name!r} does not support {self.dtype.name} "
                 f"(supports {names}); cast first, riftco never casts silently"
             )
-        return target.from_numpy(self.numpy())
+        return LAYERS.ops.upload(target, self.numpy())
 
     # -- views ----------------------------------------------------------------------------
     def _view(self, shape: tuple[int, ...], strides: tuple[int, ...], offset: int) -> Tensor:
@@ -293,39 +306,29 @@ class Tensor:
         return self._view(tuple(shape), tuple(strides), offset)
 
     # -- arithmetic sugar (raw ops, no graph) ------------------------------------------------
-    def __add__(self, other: Any) -> Tensor:
-        from . import tensor_ops as ops
-
+    def __add__(self, other: Tensor | float) -> Tensor:
+        ops = LAYERS.ops
         return ops.add(self, other) if isinstance(other, Tensor) else ops.add_scalar(self, other)
 
-    def __sub__(self, other: Any) -> Tensor:
-        from . import tensor_ops as ops
+    def __sub__(self, other: Tensor | float) -> Tensor:
+        ops = LAYERS.ops
+        return ops.sub(self, other) if isinstance(other, Tensor) else ops.add_scalar(self, -other)
 
-        if isinstance(other, Tensor):
-            return ops.sub(self, other)
-        return ops.add_scalar(self, -other)
-
-    def __mul__(self, other: Any) -> Tensor:
-        from . import tensor_ops as ops
-
+    def __mul__(self, other: Tensor | float) -> Tensor:
+        ops = LAYERS.ops
         return ops.mul(self, other) if isinstance(other, Tensor) else ops.mul_scalar(self, other)
 
-    def __truediv__(self, other: Any) -> Tensor:
-        from . import tensor_ops as ops
-
+    def __truediv__(self, other: Tensor | float) -> Tensor:
+        ops = LAYERS.ops
         if isinstance(other, Tensor):
             return ops.div(self, other)
         return ops.mul_scalar(self, 1.0 / other)
 
     def __neg__(self) -> Tensor:
-        from . import tensor_ops as ops
-
-        return ops.neg(self)
+        return LAYERS.ops.neg(self)
 
     def __matmul__(self, other: Tensor) -> Tensor:
-        from . import tensor_ops as ops
-
-        return ops.matmul(self, other)
+        return LAYERS.ops.matmul(self, other)
 
     __radd__ = __add__
     __rmul__ = __mul__

@@ -1,33 +1,36 @@
-"""Metadata checks shared by raw ops, fused ops and autograd.
+"""Metadata checks shared by the op modules.
 
 Every check looks at shapes, dtypes and backends only, never at values, so it costs no
 device work and runs *before* any backend method: a backend author can rely on receiving
 operands that passed them. Each raises a riftco error whose message starts with ``[op]``
 and names what was given and what was expected.
-
-``tensor_ops`` re-exports these names and looks them up in its own namespace, so a test
-may monkeypatch ``riftco.tensor_ops._same_shape`` to switch one check off for raw ops.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import dtypes as _dt
-from .errors import DeviceMismatchError, DTypeError, ShapeError
-from .tensor import Tensor
+from .. import dtypes as _dt
+from ..errors import DeviceMismatchError, DTypeError, ShapeError
+from ..tensor import Tensor
+
+if TYPE_CHECKING:
+    from ..backend import Backend
+
+FLOATS = _dt.FLOAT_DTYPES
+INDEX = _dt.INDEX_DTYPES
 
 
-def _require_tensor(op: str, x: Any, what: str = "operand") -> Tensor:
+def tensor(op: str, x: Any, what: str = "operand") -> Tensor:
     if not isinstance(x, Tensor):
         raise DTypeError(f"[{op}] {what} must be a riftco Tensor; got {type(x).__name__}")
     return x
 
 
-def same_backend(op: str, *xs: Tensor) -> Any:
+def same_backend(op: str, *xs: Tensor) -> Backend:
     """The single backend instance shared by every operand, or a DeviceMismatchError."""
     backend = xs[0].backend
     for x in xs[1:]:
@@ -39,7 +42,7 @@ def same_backend(op: str, *xs: Tensor) -> Any:
     return backend
 
 
-def _same_shape(op: str, *xs: Tensor) -> None:
+def same_shape(op: str, *xs: Tensor) -> None:
     shape = xs[0].shape
     if any(x.shape != shape for x in xs[1:]):
         shapes = ", ".join(str(x.shape) for x in xs)
@@ -49,25 +52,25 @@ def _same_shape(op: str, *xs: Tensor) -> None:
         )
 
 
-def _same_dtype(op: str, *xs: Tensor) -> None:
+def same_dtype(op: str, *xs: Tensor) -> None:
     dt = xs[0].dtype
     if any(x.dtype != dt for x in xs[1:]):
         names = ", ".join(x.dtype.name for x in xs)
         raise DTypeError(f"[{op}] operands must share one dtype (no implicit casts); got {names}")
 
 
-def _float(op: str, *xs: Tensor) -> None:
+def floats(op: str, *xs: Tensor) -> None:
     for x in xs:
-        if x.dtype not in _dt.FLOAT_DTYPES:
+        if x.dtype not in FLOATS:
             raise DTypeError(f"[{op}] expects float32 or float64 operands; got {x.dtype.name}")
 
 
-def _index(op: str, ids: Tensor, what: str) -> None:
-    if ids.dtype not in _dt.INDEX_DTYPES:
+def index(op: str, ids: Tensor, what: str) -> None:
+    if ids.dtype not in INDEX:
         raise DTypeError(f"[{op}] {what} must be int32 or int64; got {ids.dtype.name}")
 
 
-def _supported(op: str, backend: Any, dtype: np.dtype) -> None:
+def supported(op: str, backend: Backend, dtype: np.dtype) -> None:
     if dtype not in backend.dtypes:
         names = ", ".join(sorted(d.name for d in backend.dtypes))
         raise DTypeError(
@@ -75,12 +78,29 @@ def _supported(op: str, backend: Any, dtype: np.dtype) -> None:
         )
 
 
-def _rank(op: str, x: Tensor, rank: int, what: str) -> None:
-    if x.ndim != rank:
-        raise ShapeError(f"[{op}] {what} must have rank {rank}; got shape {x.shape}")
+def rank(op: str, x: Tensor, want: int, what: str) -> None:
+    if x.ndim != want:
+        raise ShapeError(f"[{op}] {what} must have rank {want}; got shape {x.shape}")
 
 
-def _axes(op: str, x: Tensor, axes: int | Sequence[int] | None) -> tuple[int, ...]:
+def min_rank(op: str, x: Tensor, least: int, what: str) -> None:
+    if x.ndim < least:
+        raise ShapeError(f"[{op}] {what} needs rank >= {least}; got shape {x.shape}")
+
+
+def shape_is(op: str, x: Tensor, shape: tuple[int, ...], what: str) -> None:
+    if x.shape != shape:
+        raise ShapeError(f"[{op}] {what} must have shape {shape}; got {x.shape}")
+
+
+def number(op: str, value: Any, what: str) -> float:
+    """A Python (or numpy) real number as a float; bools and tensors are refused."""
+    if not isinstance(value, (int, float, np.integer, np.floating)) or isinstance(value, bool):
+        raise DTypeError(f"[{op}] {what} must be a Python number; got {type(value).__name__}")
+    return float(value)
+
+
+def axes(op: str, x: Tensor, axes: int | Sequence[int] | None) -> tuple[int, ...]:
     """Reduction axes as sorted non-negative ints (``None``: all), each in range, no repeats."""
     if axes is None:
         return tuple(range(x.ndim))
@@ -90,7 +110,17 @@ def _axes(op: str, x: Tensor, axes: int | Sequence[int] | None) -> tuple[int, ..
     for a in axes:
         if not -x.ndim <= a < x.ndim:
             raise ShapeError(f"[{op}] axis {a} is out of range for shape {x.shape}")
-        out.append(a % x.ndim)
+        out.append(int(a) % x.ndim)
     if len(set(out)) != len(out):
         raise ShapeError(f"[{op}] repeated axis in {tuple(axes)}")
     return tuple(sorted(out))
+
+
+def float_operands(op: str, *xs: Any) -> Backend:
+    """Tensors on one backend, float, one dtype: the check most ops start with."""
+    for x in xs:
+        tensor(op, x)
+    backend = same_backend(op, *xs)
+    same_dtype(op, *xs)
+    floats(op, *xs)
+    return backend

@@ -1,0 +1,82 @@
+"""riftco.ops: every raw tensor operation, one op unit per module.
+
+``primitive/`` holds the required protocol methods (memory, elementwise, reductions,
+matmul, layout), ``fused/`` the optional ones (GELU, softmax, LayerNorm, embedding, cross
+entropy, both attentions, AdamW). Each module keeps everything riftco knows about its op:
+the typed protocol method and its semantics, the metadata checks, the composite fallback,
+the VJP, the tolerances and the conformance samples (see ``unit.py``). The functions here
+validate, then dispatch to the operands' backend (``dispatch.py``); none builds a graph.
+
+A new op is one module in ``primitive/`` or ``fused/`` that calls ``register``: it is found
+by the discovery below, so dispatch, autograd, conformance, ``riftco backends`` and the
+docs table see it without further edits.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import sys
+from typing import Any
+
+from .. import tensor as _tensor
+from . import fused, primitive
+from .deferred import flush as flush_deferred
+from .dispatch import Out, dispatch
+from .fused.adam import adam_update
+from .fused.attention import attention, attention_backward
+from .fused.cross_entropy import cross_entropy, cross_entropy_backward
+from .fused.embedding import embedding, embedding_backward
+from .fused.flash_attention import flash_attention, flash_attention_backward
+from .fused.gelu import gelu, gelu_backward
+from .fused.layer_norm import layer_norm, layer_norm_backward
+from .fused.softmax import softmax, softmax_backward
+from .primitive.binary import add, add_scalar, div, maximum, minimum, mul, mul_scalar
+from .primitive.binary import pow_scalar, sub
+from .primitive.layout import concatenate_last_axis, split_last_axis
+from .primitive.matmul import matmul
+from .primitive.memory import allocate, assign_, contiguous, copy_strided, download, fill_
+from .primitive.memory import full_like, upload
+from .primitive.reduce import argmax, max, mean, sum, sum_to_shape
+from .primitive.select import COMPARE_OPS, cast, compare, where
+from .primitive.unary import abs, exp, log, neg, rsqrt, sqrt, tanh
+from .unit import OpUnit, register, unit, units
+
+
+def _discover() -> None:
+    """Import every op module of ``primitive/`` and ``fused/`` (each registers its units)."""
+    for package in (primitive, fused):
+        for info in pkgutil.iter_modules(package.__path__):
+            if not info.name.startswith("_"):
+                importlib.import_module(f"{package.__name__}.{info.name}")
+
+
+_discover()
+
+
+def is_native(backend: Any, op: str) -> bool:
+    """True when ``backend`` runs ``op`` with its own method (not core's composite)."""
+    return unit(op).is_native(backend)
+
+
+def __getattr__(name: str) -> Any:
+    """A registered op that this module does not list (a newly added unit module)."""
+    for u in units():
+        if u.name == name and u.function is not None:
+            return u.function
+    raise AttributeError(f"module 'riftco.ops' has no attribute {name!r}")
+
+
+_tensor.LAYERS.ops = sys.modules[__name__]  # Tensor's operators and numpy() call into us
+
+__all__ = [
+    "OpUnit", "Out", "dispatch", "register", "unit", "units", "is_native", "flush_deferred",
+    "allocate", "upload", "download", "copy_strided", "contiguous", "fill_", "full_like",
+    "assign_", "neg", "exp", "log", "sqrt", "rsqrt", "tanh", "abs", "add", "sub", "mul", "div",
+    "maximum", "minimum", "add_scalar", "mul_scalar", "pow_scalar", "where", "compare", "cast",
+    "COMPARE_OPS", "sum", "max", "mean", "argmax", "sum_to_shape", "matmul",
+    "concatenate_last_axis", "split_last_axis", "gelu", "gelu_backward", "softmax",
+    "softmax_backward", "layer_norm", "layer_norm_backward", "embedding", "embedding_backward",
+    "cross_entropy", "cross_entropy_backward", "attention", "attention_backward",
+    "flash_attention", "flash_attention_backward", "adam_update",
+]  # fmt: skip

@@ -1,0 +1,55 @@
+"""Value checks on device data without a sync per op: flags read at the next sync point.
+
+An op whose contract depends on values (embedding ids in range, targets in range) cannot
+look at them on a GPU without stalling the queue. Its composite instead reduces the
+violation to a one-element flag tensor on the device and :func:`defer` records it;
+:func:`flush` reads every pending flag of a backend with one download (``download`` —
+hence ``Tensor.numpy()`` and ``item()`` — flushes first) and raises the op's
+``DomainError``. On backends whose buffers are host numpy arrays the value is already
+there, so ops check at once instead (see ``host_resident``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ..errors import DomainError
+from ..tensor import Tensor
+
+#: (backend, flag tensor (> 0 means violated), message maker)
+_pending: list[tuple[Any, Tensor, Callable[[], str]]] = []
+_MAX_PENDING = 64
+
+
+def host_resident(x: Tensor) -> bool:
+    """True when ``x``'s values are already in host memory (reading them costs no sync)."""
+    return isinstance(x.storage.buffer, np.ndarray)
+
+
+def defer(flag: Tensor, message: Callable[[], str]) -> None:
+    """Raise ``DomainError(message())`` at the next sync if ``flag`` holds a value > 0."""
+    _pending.append((flag.backend, flag, message))
+    if len(_pending) >= _MAX_PENDING:
+        flush()
+
+
+def flush(backend: Any = None) -> None:
+    """Read the pending flags (of ``backend``, or all); raise on the first violated one."""
+    global _pending
+    if not _pending:
+        return
+    mine = [p for p in _pending if backend is None or p[0] is backend]
+    if not mine:
+        return
+    _pending = [p for p in _pending if not (backend is None or p[0] is backend)]
+    for b, flag, message in mine:
+        value = b.to_numpy(flag).reshape(-1)
+        if value.size and value[0] > 0:
+            raise DomainError(message() + " (detected at the next sync point: deferred)")
+
+
+def pending() -> int:
+    return len(_pending)

@@ -1,0 +1,164 @@
+"""The one dispatch path every op takes, and the result contract checked on every call.
+
+An op module validates its operands (``checks``), works out what the result must look
+like (an :class:`Out` per output) and calls :func:`dispatch`, which
+
+1. runs the backend's own method when its class defines one, else the unit's composite;
+2. hands a backend that does not declare ``accepts_strided`` dense operands only (a view
+   is materialised by that backend's ``copy_strided`` first);
+3. lets the shadow validator (``RIFTCO_VALIDATE=cpu``) look before and after;
+4. checks the result's metadata: output count, that each is a Tensor of this backend with
+   the promised shape and dtype, and that it is a new tensor where one is promised. A
+   float64 result from a float32 op fails here, at once, naming the op and the backend.
+
+The contract check reads a few attributes per output, no values: cheap enough for every
+call, and it is what turns a backend bug into an error at the op that has it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+
+import numpy as np
+
+from ..errors import BackendContractError
+from ..tensor import Tensor
+from .unit import OpUnit
+
+if TYPE_CHECKING:
+    from ..backend import Backend
+
+
+class Out(NamedTuple):
+    """What one output must be: its shape and dtype."""
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+
+
+#: ``Out`` for one result, a tuple for a fixed number, a list for a variable number
+#: (``split_last_axis``), ``None`` for an in-place op that returns nothing.
+Expect = Out | tuple[Out, ...] | list[Out] | None
+
+
+class Validator(Protocol):
+    """Shadow validation hook (``riftco.shadow``): sees every native call."""
+
+    def before(self, unit: OpUnit, backend: Any, args: Sequence[Any]) -> Any: ...
+    def after(self, unit: OpUnit, backend: Any, args: Sequence[Any], out: Any, state: Any) -> None: ...
+
+
+#: Installed by ``riftco.shadow``; ``None`` keeps dispatch at one global read.
+validator: Validator | None = None
+
+
+def _prep(a: Any) -> Any:
+    """A view becomes a dense copy made by its own backend (``Tensor.contiguous`` is the
+    ``copy_strided`` op, dispatched and checked like every other)."""
+    if type(a) is Tensor:
+        return a if a.is_dense else a.contiguous()
+    if type(a) is list and a and type(a[0]) is Tensor:
+        return [x if x.is_dense else x.contiguous() for x in a]
+    return a
+
+
+def dispatch(
+    unit: OpUnit, backend: Backend, args: tuple[Any, ...], expect: Expect, prep: bool = True
+) -> Any:
+    """Run ``unit`` on validated ``args`` (natively or composite) and check the result.
+
+    ``prep=False`` passes views through untouched (``copy_strided`` and ``to_numpy``
+    exist to read them)."""
+    fn = getattr(backend, unit.name, None)
+    if fn is None:
+        if unit.composite is None:  # a required method: plugins refuse such backends
+            raise BackendContractError(
+                f"[{unit.name}] backend {backend.name}:{backend.device_index} does not "
+                "implement this required protocol method"
+            )
+        out = unit.composite(*args)
+    else:
+        if prep and not backend.accepts_strided:
+            args = tuple([_prep(a) for a in args])
+        v = validator
+        if v is None:
+            out = fn(*args)
+        else:
+            state = v.before(unit, backend, args)
+            out = fn(*args)
+            v.after(unit, backend, args, out, state)
+    check_result(unit, backend, args, out, expect)
+    return out
+
+
+def check_result(unit: OpUnit, backend: Any, args: Sequence[Any], out: Any, expect: Expect) -> None:
+    """Raise :class:`BackendContractError` when ``out`` breaks the op's metadata contract."""
+    if type(expect) is Out:
+        if (
+            type(out) is Tensor
+            and out.backend is backend
+            and out.dtype == expect.dtype
+            and out.shape == expect.shape
+            and not _aliases(out, args)
+        ):
+            return
+        raise BackendContractError(_describe(unit, backend, 0, out, expect, args))
+    if expect is None:
+        if out is not None:
+            raise BackendContractError(
+                f"[{unit.name}] backend {_who(backend)} returned {type(out).__name__}; the op "
+                "works in place and returns None"
+            )
+        return
+    outs = list(out) if isinstance(out, (tuple, list)) else None
+    if outs is None or len(outs) != len(expect):
+        got = f"{len(outs)} outputs" if outs is not None else type(out).__name__
+        raise BackendContractError(
+            f"[{unit.name}] backend {_who(backend)} returned {got}; the op promises "
+            f"{len(expect)} ({', '.join(_names(unit, len(expect)))})"
+        )
+    for i, (o, e) in enumerate(zip(outs, expect, strict=True)):
+        if not (
+            type(o) is Tensor
+            and o.backend is backend
+            and o.dtype == e.dtype
+            and o.shape == e.shape
+            and not _aliases(o, args)
+        ):
+            raise BackendContractError(_describe(unit, backend, i, o, e, args))
+
+
+def _aliases(out: Tensor, args: Sequence[Any]) -> bool:
+    storage = out.storage
+    for a in args:
+        if type(a) is Tensor and a.storage is storage:
+            return True
+        if type(a) is list and any(type(x) is Tensor and x.storage is storage for x in a):
+            return True
+    return False
+
+
+def _who(backend: Any) -> str:
+    return f"{getattr(backend, 'name', '?')}:{getattr(backend, 'device_index', '?')}"
+
+
+def _names(unit: OpUnit, n: int) -> list[str]:
+    names = list(unit.outputs)
+    return [names[i] if i < len(names) else f"{names[-1]}[{i}]" for i in range(n)]
+
+
+def _describe(unit: OpUnit, backend: Any, i: int, out: Any, expect: Out, args: Sequence[Any]) -> str:
+    name = _names(unit, i + 1)[i]
+    head = f"[{unit.name}] backend {_who(backend)} broke the result contract: output {name!r} "
+    want = f"a {expect.dtype.name} tensor of shape {expect.shape} on {_who(backend)}"
+    if type(out) is not Tensor:
+        return head + f"is a {type(out).__name__}; expected {want}"
+    if out.backend is not backend:
+        return head + f"lives on {_who(out.backend)}; expected {want}"
+    if out.dtype != expect.dtype:
+        ins = ", ".join(a.dtype.name for a in args if type(a) is Tensor)
+        return head + f"has dtype {out.dtype.name} for inputs of dtype {ins}; expected {want}"
+    if out.shape != expect.shape:
+        return head + f"has shape {out.shape}; expected {want}"
+    return head + "shares its storage with an input; expected a new tensor"

@@ -1,0 +1,220 @@
+"""Softmax cross-entropy over rows of logits, and its backward.
+
+``cross_entropy(logits[N, V], targets[N]) -> (loss_rows[N], lse[N])`` with
+``loss_rows[i] = lse[i] - logits[i, t_i]`` and 0 where ``t_i == -1`` (ignored); ``lse`` is
+the natural-log log-sum-exp of every row, ignored or not, computed with the row max
+subtracted (logits of 1e4 are fine). A ``-inf`` logit elsewhere than the target gives a
+finite loss; at the target, ``+inf``. Only -1 means ignored: any other target outside
+``[0, V)`` is a ``DomainError`` (at once for host-resident targets, at the next sync on a
+device). V = 0 is refused by core; N = 0 gives empty results.
+``cross_entropy_backward(dloss_rows, logits, targets, lse) = dloss_rows[i] *
+(softmax(logits[i]) - onehot(t_i))``, 0 on ignored rows.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import numpy as np
+
+from ...errors import ShapeError
+from ...tensor import Tensor
+from .. import checks
+from ..dispatch import Out, dispatch
+from ..primitive.binary import add, mul, sub
+from ..primitive.memory import full_like
+from ..primitive.reduce import max, sum
+from ..primitive.select import where
+from ..primitive.unary import exp, log
+from ..samples import SIZES, Arr, Ctx, Draw, Example, Params, Samples, edges, error, label
+from ..samples import normal, rng_of
+from ..unit import OpUnit, Tolerance, Tolerances, register
+from .embedding import check_ids, defer_range, one_hot
+from .softmax import along_rows
+
+
+class CrossEntropyMethods(Protocol):
+    def cross_entropy(self, logits: Tensor, targets: Tensor) -> tuple[Tensor, Tensor]:
+        """``(loss_rows[N], lse[N])`` for ``logits[N, V]`` (V >= 1) and integer
+        ``targets[N]``; -1 means ignored (loss 0); both outputs in the logits' dtype."""
+        ...
+
+    def cross_entropy_backward(
+        self, dloss_rows: Tensor, logits: Tensor, targets: Tensor, lse: Tensor
+    ) -> Tensor:
+        """``dlogits[N, V] = dloss_rows[i] * (softmax(logits[i]) - onehot(t_i))``; ignored
+        rows are 0."""
+        ...
+
+
+def _logits(op: str, logits: Tensor) -> int:
+    checks.rank(op, logits, 2, "logits [N, V]")
+    if logits.shape[1] == 0:
+        raise ShapeError(f"[{op}] needs at least one class (V >= 1); got logits {logits.shape}")
+    return logits.shape[1]
+
+
+def cross_entropy(logits: Tensor, targets: Tensor) -> tuple[Tensor, Tensor]:
+    op = "cross_entropy"
+    checks.tensor(op, targets, "targets")
+    backend = checks.float_operands(op, logits)
+    checks.same_backend(op, logits, targets)
+    v = _logits(op, logits)
+    checks.index(op, targets, "targets")
+    checks.shape_is(op, targets, logits.shape[:1], "targets")
+    check_ids(op, backend, targets, "targets (-1 = ignored)", -1, v)
+    row = Out(logits.shape[:1], logits.dtype)
+    return dispatch(CROSS_ENTROPY, backend, (logits, targets), (row, row))
+
+
+def cross_entropy_backward(
+    dloss_rows: Tensor, logits: Tensor, targets: Tensor, lse: Tensor
+) -> Tensor:
+    op = "cross_entropy_backward"
+    checks.tensor(op, targets, "targets")
+    backend = checks.float_operands(op, dloss_rows, logits, lse)
+    checks.same_backend(op, logits, targets)
+    v = _logits(op, logits)
+    checks.index(op, targets, "targets")
+    n = logits.shape[:1]
+    for t, what in ((dloss_rows, "dloss_rows"), (targets, "targets"), (lse, "lse")):
+        checks.shape_is(op, t, n, what)
+    check_ids(op, backend, targets, "targets (-1 = ignored)", -1, v)
+    args = (dloss_rows, logits, targets, lse)
+    return dispatch(CROSS_ENTROPY_BACKWARD, backend, args, Out(logits.shape, logits.dtype))
+
+
+# -- composites ------------------------------------------------------------------------------------
+def logsumexp_rows(x: Tensor) -> Tensor:
+    """Row log-sum-exp over the last axis, max-subtracted."""
+    m = max(x, -1, keepdims=True)
+    e = exp(sub(x, along_rows(m, x.shape)))
+    return add(log(sum(e, -1)), m.reshape(x.shape[:-1]))
+
+
+def cross_entropy_composite(logits: Tensor, targets: Tensor) -> tuple[Tensor, Tensor]:
+    n, v = logits.shape
+    defer_range("cross_entropy", targets, logits, "targets (-1 = ignored)", -1, v)
+    lse = logsumexp_rows(logits)
+    onehot = one_hot(targets, v, logits)
+    zeros = full_like(logits, 0.0, (1, 1)).broadcast_to(logits.shape)
+    # select the target logit, never multiply: 0 * -inf would be NaN
+    picked = sum(where(onehot, logits, zeros), -1)
+    keep = sum(onehot, -1)  # 1 for a real target, 0 for an ignored (-1) one
+    return where(keep, sub(lse, picked), full_like(lse, 0.0)), lse
+
+
+def cross_entropy_backward_composite(
+    dloss: Tensor, logits: Tensor, targets: Tensor, lse: Tensor
+) -> Tensor:
+    n, v = logits.shape
+    defer_range("cross_entropy_backward", targets, logits, "targets (-1 = ignored)", -1, v)
+    probs = exp(sub(logits, along_rows(lse, logits.shape)))
+    onehot = one_hot(targets, v, logits)
+    keep = sum(onehot, -1)
+    scale = along_rows(mul(dloss, keep), logits.shape)
+    return mul(sub(probs, onehot), scale)
+
+
+# -- conformance samples ----------------------------------------------------------------------------
+EDGES = edges(
+    {"label": "logits +-1e4 (past exp overflow)", "n": 6, "v": 50, "large": True},
+    {"label": "ignored targets (-1)", "n": 9, "v": 7, "ignore": 0.5},
+    {"label": "all targets ignored", "n": 4, "v": 5, "ignore": 1.0},
+    {"label": "boundary targets", "n": 8, "v": 33, "boundary": True},
+    {"label": "long rows (4097)", "n": 2, "v": 4097},
+    {"label": "N=1, V=1", "n": 1, "v": 1},
+    {"label": "N=0", "n": 0, "v": 5},
+    {"label": "-inf logits off the target", "n": 7, "v": 9, "neg_inf": True},
+    {"label": "transposed logits", "n": 13, "v": 6, "layout": "transposed"},
+    {"label": "offset logits x[1:]", "n": 5, "v": 8, "layout": "offset"},
+    {"label": "rows x[:, :k]", "n": 4, "v": 7, "layout": "rows"},
+)
+
+
+def _draw(d: Draw) -> Params:
+    return {"n": d.choice(SIZES), "v": d.choice(SIZES), "ignore": d.choice((0.0, 0.2)),
+            "large": d.boolean()}  # fmt: skip
+
+
+def _inputs(p: Params) -> tuple[np.ndarray, np.ndarray]:
+    rng = rng_of(p)
+    n, v = p["n"], p["v"]
+    logits = rng.uniform(-1e4, 1e4, (n, v)) if p.get("large") else normal(rng, (n, v), 2.0)
+    targets = rng.integers(0, v, size=(n,))
+    if p.get("boundary") and n:
+        targets[::2], targets[1::2] = 0, v - 1
+    targets[rng.random(n) < p.get("ignore", 0.0)] = -1
+    if p.get("neg_inf") and v > 1:
+        for i, t in enumerate(targets):
+            logits[i, (t + 1) % v] = -np.inf  # never the target itself
+    return logits, targets
+
+
+def np_lse(x: np.ndarray) -> np.ndarray:
+    with np.errstate(invalid="ignore"):
+        m = x.max(axis=-1, keepdims=True) if x.size else np.zeros(x.shape[:-1] + (1,))
+        return (m + np.log(np.exp(x - m).sum(axis=-1, keepdims=True)))[..., 0]
+
+
+def _samples(backward: bool) -> Samples:
+    def build(p: Params, ctx: Ctx) -> Example:
+        logits, targets = _inputs(p)
+        t = Arr(targets, "index", index_dtype=ctx.index_dtype(p["seed"]))
+        lg = Arr(logits, layout=p["layout"])
+        if not backward:
+            return Example(label(p), [lg, t], params=p)
+        lse = np_lse(lg.value.astype(ctx.dtype).astype(np.float64))
+        dloss = normal(np.random.default_rng(p["seed"] + 1), (p["n"],))
+        return Example(label(p), [Arr(dloss), lg, t, Arr(lse)], params=p)
+
+    return Samples(build, EDGES, _draw, needs_index=True)
+
+
+def _bad_targets(t: Any, value: int) -> Any:
+    return t.index_values([1, value, -1])
+
+
+def _domain(op: str, run: Any) -> tuple[Any, ...]:
+    return tuple(
+        error(f"{op}_target_{name}", op, lambda t, v=v: run(t, v), "index")
+        for name, v in (("equal_to_V", 5), ("minus_2", -2), ("huge", 2**31 - 1))
+    )
+
+
+def _cost(n_in: int) -> Any:
+    return lambda args: (n_in * args[-3 if n_in > 2 else 0].nbytes, 5 * args[0].size)
+
+
+CROSS_ENTROPY = OpUnit(
+    "cross_entropy", "fused", "cross_entropy", CrossEntropyMethods.cross_entropy,
+    function=cross_entropy, outputs=("loss_rows", "lse"), composite=cross_entropy_composite,
+    nan="a NaN logit makes its row's loss and lse NaN",
+    tolerance=Tolerances(Tolerance(2e-5, 2e-5), Tolerance(1e-10, 1e-11),
+                         why="log-sum-exp over the row; lse carries ulps of the row max"),
+    samples=_samples(False), cost=_cost(1),
+    errors=(
+        error("float_targets_cross_entropy", "cross_entropy",
+              lambda t: cross_entropy(t.f(4, 5), t.f(4))),
+        error("cross_entropy_targets_shape", "cross_entropy",
+              lambda t: cross_entropy(t.f(4, 5), t.i(3)), "index"),
+        error("cross_entropy_no_classes", "cross_entropy",
+              lambda t: cross_entropy(t.f(4, 0), t.i(4)), "index"),
+    ),
+    domain=_domain("cross_entropy", lambda t, v: cross_entropy(t.f(3, 5), _bad_targets(t, v))),
+)  # fmt: skip
+CROSS_ENTROPY_BACKWARD = OpUnit(
+    "cross_entropy_backward", "fused", "cross_entropy",
+    CrossEntropyMethods.cross_entropy_backward, function=cross_entropy_backward,
+    outputs=("dlogits",), composite=cross_entropy_backward_composite,
+    tolerance=Tolerances(Tolerance(1e-6, 1e-4), Tolerance(1e-11, 1e-10),
+                         why="exp(logits - lse) carries lse's ulps"),
+    samples=_samples(True), cost=_cost(4),
+    errors=(error("cross_entropy_backward_lse_shape", "cross_entropy_backward",
+                  lambda t: cross_entropy_backward(t.f(3), t.f(3, 4), t.i(3), t.f(4)), "index"),),
+    domain=_domain("cross_entropy_backward",
+                   lambda t, v: cross_entropy_backward(t.f(3), t.f(3, 5), _bad_targets(t, v),
+                                                       t.f(3))),
+)  # fmt: skip
+
+register(CROSS_ENTROPY, CROSS_ENTROPY_BACKWARD)

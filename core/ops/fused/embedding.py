@@ -1,0 +1,219 @@
+"""Embedding gather and its scatter-add backward.
+
+``embedding(table[V, C], ids[...]) -> [..., C]``; ``embedding_backward(dy[..., C], ids, V)
+-> dtable[V, C]`` adds every row of ``dy`` into its id's row: repeated ids accumulate and
+the result is deterministic (the same bits on every run: a fixed summation order, no
+float atomics). Ids outside ``[0, V)`` are a ``DomainError``: raised at once where the ids
+live in host memory, at the next sync point on a device (kernels clamp and raise a flag,
+never touching memory out of bounds). C = 0 and zero ids give empty results.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import numpy as np
+
+from ...errors import DomainError, ShapeError
+from ...tensor import Tensor
+from .. import checks, deferred
+from ..dispatch import Out, dispatch
+from ..primitive.binary import add
+from ..primitive.matmul import matmul
+from ..primitive.memory import upload
+from ..primitive.reduce import max, sum
+from ..primitive.select import cast, compare
+from ..samples import SIZES, Arr, Ctx, Draw, Example, Params, Samples, edges, error, label
+from ..samples import normal, rng_of
+from ..unit import EXACT_TOLERANCES, OpUnit, Tolerance, Tolerances, register
+
+
+class EmbeddingMethods(Protocol):
+    def embedding(self, table: Tensor, ids: Tensor) -> Tensor:
+        """Rows of ``table[V, C]`` at integer ``ids[...]``: shape ``ids.shape + (C,)``, dtype
+        of ``table``. Ids outside ``[0, V)`` raise ``DomainError`` (devices: at the next
+        sync, after clamping; never an out-of-bounds read)."""
+        ...
+
+    def embedding_backward(self, dy: Tensor, ids: Tensor, num_embeddings: int) -> Tensor:
+        """``dtable[V, C]``: each row of ``dy[..., C]`` added into row ``ids[...]``; repeated
+        ids accumulate; deterministic (same bits every run); ids as for ``embedding``."""
+        ...
+
+
+def check_ids(op: str, backend: Any, ids: Tensor, what: str, low: int, high: int) -> None:
+    """Index dtype always; values in ``[low, high)`` at once when they live in host memory.
+
+    On a device, reading the ids back would stall the queue on every step: there the
+    kernels (or the composite's deferred flag) carry the check to the next sync point."""
+    checks.index(op, ids, what)
+    checks.supported(op, backend, ids.dtype)
+    if ids.size and deferred.host_resident(ids):
+        host = ids.numpy()
+        lo, hi = int(host.min()), int(host.max())
+        if lo < low or hi >= high:
+            raise DomainError(f"[{op}] {what} must lie in [{low}, {high}); got values in [{lo}, {hi}]")
+
+
+def defer_range(op: str, ids: Tensor, like: Tensor, what: str, low: int, high: int) -> None:
+    """The composite's device-side range check, read at the next sync point."""
+    if not ids.size or deferred.host_resident(ids):
+        return
+    flat = cast(ids.contiguous().reshape(-1), like.dtype)
+    n = flat.shape[0]
+    lo = upload(like.backend, np.full(n, low - 0.5, like.dtype))
+    hi = upload(like.backend, np.full(n, high - 0.5, like.dtype))
+    bad = max(add(compare(flat, lo, "lt"), compare(flat, hi, "gt")))
+    deferred.defer(bad, lambda: f"[{op}] {what} must lie in [{low}, {high}); some do not")
+
+
+def embedding(table: Tensor, ids: Tensor) -> Tensor:
+    checks.tensor("embedding", ids, "ids")
+    backend = checks.float_operands("embedding", table)
+    checks.same_backend("embedding", table, ids)
+    checks.rank("embedding", table, 2, "table")
+    check_ids("embedding", backend, ids, "ids", 0, table.shape[0])
+    out = Out(ids.shape + (table.shape[1],), table.dtype)
+    return dispatch(EMBEDDING, backend, (table, ids), out)
+
+
+def embedding_backward(dy: Tensor, ids: Tensor, num_embeddings: int) -> Tensor:
+    op = "embedding_backward"
+    checks.tensor(op, ids, "ids")
+    backend = checks.float_operands(op, dy)
+    checks.same_backend(op, dy, ids)
+    checks.index(op, ids, "ids")
+    checks.min_rank(op, dy, 1, "dy")
+    if dy.shape[:-1] != ids.shape:
+        raise ShapeError(f"[{op}] dy {dy.shape} must be ids.shape {ids.shape} + (C,)")
+    if not isinstance(num_embeddings, (int, np.integer)) or num_embeddings <= 0:
+        raise ShapeError(f"[{op}] num_embeddings must be a positive int; got {num_embeddings!r}")
+    v = int(num_embeddings)
+    check_ids(op, backend, ids, "ids", 0, v)
+    return dispatch(EMBEDDING_BACKWARD, backend, (dy, ids, v), Out((v, dy.shape[-1]), dy.dtype))
+
+
+# -- composites ------------------------------------------------------------------------------------
+def one_hot(ids: Tensor, num: int, like: Tensor) -> Tensor:
+    """``[N, num]`` mask in ``like.dtype`` with a 1 at each id (none for an id outside)."""
+    flat = cast(ids.contiguous().reshape(-1), like.dtype)  # a view may not reshape
+    n = flat.shape[0]
+    cols = upload(like.backend, np.arange(num, dtype=like.dtype)).reshape(1, num)
+    return compare(flat.reshape(n, 1).broadcast_to((n, num)), cols.broadcast_to((n, num)), "eq")
+
+
+def embedding_composite(table: Tensor, ids: Tensor) -> Tensor:
+    v, c = table.shape
+    defer_range("embedding", ids, table, "ids", 0, v)
+    return matmul(one_hot(ids, v, table), table).reshape(ids.shape + (c,))
+
+
+def embedding_backward_composite(dy: Tensor, ids: Tensor, num_embeddings: int) -> Tensor:
+    c = dy.shape[-1]
+    defer_range("embedding_backward", ids, dy, "ids", 0, num_embeddings)
+    onehot = one_hot(ids, num_embeddings, dy)
+    return matmul(onehot, dy.contiguous().reshape(-1, c), transpose_a=True)
+
+
+def _embedding_vjp(g: Tensor, args: Any, y: Tensor, needs: Any) -> tuple[Tensor]:
+    table, ids = args
+    return (embedding_backward(g, ids, table.shape[0]),)
+
+
+# -- conformance samples -------------------------------------------------------------------------------
+def _ids(rng: np.random.Generator, p: Params, shape: tuple[int, ...], v: int) -> np.ndarray:
+    ids = rng.integers(0, v, size=shape)
+    if p.get("repeated"):
+        ids[...] = v // 2
+    if p.get("boundary") and ids.size:
+        flat = ids.reshape(-1)
+        flat[::2] = 0
+        flat[1::2] = v - 1
+    return ids
+
+
+EDGES = edges(
+    {"label": "repeated ids", "v": 7, "c": 5, "lead": (3, 4), "repeated": True},
+    {"label": "many repeats of one id", "v": 3, "c": 9, "lead": (600,), "repeated": True},
+    {"label": "boundary ids 0 and V-1", "v": 33, "c": 17, "lead": (9,), "boundary": True},
+    {"label": "V=1", "v": 1, "c": 3, "lead": (2, 2)},
+    {"label": "T=1", "v": 65, "c": 8, "lead": (1, 1)},
+    {"label": "wide rows", "v": 5, "c": 4097, "lead": (3,)},
+    {"label": "large vocabulary", "v": 5003, "c": 3, "lead": (40,)},
+    {"label": "C=0", "v": 4, "c": 0, "lead": (3,)},
+    {"label": "no ids", "v": 4, "c": 5, "lead": (0,)},
+    {"label": "transposed", "v": 13, "c": 9, "lead": (2, 3), "layout": "transposed"},
+    {"label": "offset x[1:]", "v": 6, "c": 7, "lead": (4,), "layout": "offset"},
+)
+
+
+def _draw(d: Draw) -> Params:
+    return {"v": d.choice(SIZES), "c": d.choice(SIZES), "lead": d.shape(1, 2),
+            "repeated": d.boolean()}  # fmt: skip
+
+
+def _samples(backward: bool) -> Samples:
+    def build(p: Params, ctx: Ctx) -> Example:
+        rng = rng_of(p)
+        ids = Arr(_ids(rng, p, p["lead"], p["v"]), "index", index_dtype=ctx.index_dtype(p["seed"]))
+        if backward:
+            dy = Arr(normal(rng, p["lead"] + (p["c"],)), layout=p["layout"])
+            return Example(label(p), [dy, ids, p["v"]], params=p)
+        table = Arr(normal(rng, (p["v"], p["c"])), layout=p["layout"])
+        return Example(label(p), [table, ids], params=p)
+
+    return Samples(build, EDGES, _draw, needs_index=True)
+
+
+def _scatter_scale(ex: Example) -> float:
+    """Repeated ids accumulate: error grows with the most frequent id's count."""
+    dy, ids = ex.args[0].value, ex.args[1].value
+    count = int(np.bincount(ids.reshape(-1)).max()) if ids.size else 1
+    return float(np.max([1.0, count * float(np.sqrt(np.mean(dy * dy))) if dy.size else 1.0]))
+
+
+def _bad_ids(t: Any, value: int) -> Any:
+    return t.index_values([[1, value], [0, 2]])
+
+
+def _domain(op: str, run: Any) -> tuple[Any, ...]:
+    return tuple(
+        error(f"{op}_id_{name}", op, lambda t, v=v: run(t, v), "index")
+        for name, v in (("equal_to_V", 5), ("negative", -1), ("huge", 2**31 - 1))
+    )
+
+
+def _cost(args: list[Any]) -> tuple[int, int]:
+    ids = args[1]
+    c = args[0].shape[-1]
+    return (2 * ids.size * c * args[0].dtype.itemsize + ids.nbytes, 0)
+
+
+EMBEDDING = OpUnit(
+    "embedding", "fused", "embedding", EmbeddingMethods.embedding, function=embedding,
+    composite=embedding_composite, vjp=_embedding_vjp, differentiable=(0,),
+    nan="copies rows exactly", tolerance=EXACT_TOLERANCES,
+    samples=_samples(False), cost=_cost,
+    errors=(
+        error("float_ids_embedding", "embedding", lambda t: embedding(t.f(5, 3), t.f(4))),
+        error("embedding_table_rank", "embedding", lambda t: embedding(t.f(5), t.i(2)), "index"),
+    ),
+    domain=_domain("embedding", lambda t, v: embedding(t.f(5, 3), _bad_ids(t, v))),
+)  # fmt: skip
+EMBEDDING_BACKWARD = OpUnit(
+    "embedding_backward", "fused", "embedding", EmbeddingMethods.embedding_backward,
+    function=embedding_backward, composite=embedding_backward_composite, deterministic=True,
+    tolerance=Tolerances(Tolerance(1e-6, 1e-5), Tolerance(1e-14, 1e-12), scale=_scatter_scale,
+                         why="repeated ids accumulate in a backend-chosen (fixed) order"),
+    samples=_samples(True), cost=_cost,
+    errors=(
+        error("embedding_backward_shapes", "embedding_backward",
+              lambda t: embedding_backward(t.f(3, 4), t.i(2), 5), "index"),
+        error("embedding_backward_num", "embedding_backward",
+              lambda t: embedding_backward(t.f(2, 4), t.i(2), 0), "index"),
+    ),
+    domain=_domain("embedding_backward",
+                   lambda t, v: embedding_backward(t.f(2, 2, 3), _bad_ids(t, v), 5)),
+)  # fmt: skip
+
+register(EMBEDDING, EMBEDDING_BACKWARD)

@@ -1,0 +1,169 @@
+"""Flash attention: the same attention without a ``[T, T]`` matrix, and its backward.
+
+``flash_attention(q, k, v, scale, causal) -> (out[B,H,T,D], lse[B,H,T])`` where ``lse`` is
+the natural-log row log-sum-exp of the scaled, masked scores. A GPU kernel walks keys in
+tiles with an online softmax: each new tile rescales the running sum and output by
+``exp(old_max - new_max)`` (forgetting that is the classic bug, visible only past one
+tile). ``flash_attention_backward(dout, q, k, v, out, lse, scale, causal) -> (dq, dk, dv)``
+rebuilds ``P = exp(scale q kᵀ - lse)`` tile by tile. Shapes and masking as ``attention``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Protocol
+
+import numpy as np
+
+from ...tensor import Tensor
+from .. import checks
+from ..dispatch import Out, dispatch
+from ..primitive.binary import add, div, sub
+from ..primitive.matmul import matmul
+from ..primitive.memory import full_like
+from ..primitive.reduce import max, sum
+from ..primitive.unary import exp, log
+from ..samples import Arr, Ctx, Example, Params, Samples, error, label
+from ..unit import OpUnit, Tolerance, Tolerances, register
+from .attention import EDGES, attention_backward_composite, check_qkv, cost, draw, np_scores
+from .attention import qkv, score_max, score_scale, scores
+from .cross_entropy import np_lse
+from .softmax import along_rows, np_softmax
+
+
+class FlashAttentionMethods(Protocol):
+    def flash_attention(
+        self, q: Tensor, k: Tensor, v: Tensor, scale: float, causal: bool
+    ) -> tuple[Tensor, Tensor]:
+        """``(out[B,H,T,D], lse[B,H,T])``; never holds a ``[T, T]`` matrix on a GPU."""
+        ...
+
+    def flash_attention_backward(
+        self,
+        dout: Tensor,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        out: Tensor,
+        lse: Tensor,
+        scale: float,
+        causal: bool,
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """``(dq, dk, dv)``, rebuilding ``P = exp(scale q kᵀ - lse)`` block by block."""
+        ...
+
+
+def flash_attention(
+    q: Tensor, k: Tensor, v: Tensor, scale: float, causal: bool = True
+) -> tuple[Tensor, Tensor]:
+    backend = checks.float_operands("flash_attention", q, k, v)
+    check_qkv("flash_attention", q, k, v)
+    s = checks.number("flash_attention", scale, "scale")
+    expect = (Out(q.shape, q.dtype), Out(q.shape[:-1], q.dtype))
+    return dispatch(FLASH_ATTENTION, backend, (q, k, v, s, bool(causal)), expect)
+
+
+def flash_attention_backward(
+    dout: Tensor,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    out: Tensor,
+    lse: Tensor,
+    scale: float,
+    causal: bool = True,
+) -> tuple[Tensor, Tensor, Tensor]:
+    op = "flash_attention_backward"
+    backend = checks.float_operands(op, dout, q, k, v, out, lse)
+    check_qkv(op, q, k, v)
+    checks.shape_is(op, dout, q.shape, "dout")
+    checks.shape_is(op, out, q.shape, "out")
+    checks.shape_is(op, lse, q.shape[:-1], "lse")
+    s = checks.number(op, scale, "scale")
+    grad = Out(q.shape, q.dtype)
+    args = (dout, q, k, v, out, lse, s, bool(causal))
+    return dispatch(FLASH_ATTENTION_BACKWARD, backend, args, (grad, grad, grad))
+
+
+# -- composites ---------------------------------------------------------------------------------
+def flash_attention_composite(
+    q: Tensor, k: Tensor, v: Tensor, scale: float, causal: bool
+) -> tuple[Tensor, Tensor]:
+    """Materialised, but renormalised like the kernel: ``out = (E v) / rowsum(E)`` with
+    ``E = exp(s - rowmax)``, so large scores lose no accuracy to ``exp(s - lse)``."""
+    if q.shape[-2] == 0:
+        return full_like(q, 0.0), full_like(q, 0.0, q.shape[:-1])
+    s = scores(q, k, scale, causal)
+    m = max(s, -1, keepdims=True)
+    e = exp(sub(s, along_rows(m, s.shape)))
+    total = sum(e, -1)
+    out = div(matmul(e, v), along_rows(total, q.shape))
+    return out, add(log(total), m.reshape(q.shape[:-1]))
+
+
+def flash_attention_backward_composite(
+    dout: Tensor,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    out: Tensor,
+    lse: Tensor,
+    scale: float,
+    causal: bool,
+) -> tuple[Tensor, Tensor, Tensor]:
+    s = scores(q, k, scale, causal)
+    probs = exp(sub(s, along_rows(lse, s.shape)))
+    return attention_backward_composite(dout, q, k, v, probs, scale)
+
+
+def _flash_vjp(g: Tensor, args: Any, outs: Any, needs: Any) -> tuple[Tensor, ...]:
+    q, k, v, scale, causal = args
+    out, lse = outs
+    return flash_attention_backward(g, q, k, v, out, lse, scale, causal)
+
+
+# -- conformance samples -----------------------------------------------------------------------------
+def _samples(backward: bool) -> Samples:
+    def build(p: Params, ctx: Ctx) -> Example:
+        q, k, v, do = qkv(p)
+        p = {**p, "score_max": score_max(q, k)}
+        scale = 1.0 / math.sqrt(p["d"])
+        lay = p["layout"]
+        args = [Arr(q, layout=lay), Arr(k, layout=lay), Arr(v, layout=lay)]
+        if not backward:
+            return Example(label(p), [*args, scale], {"causal": p["causal"]}, params=p)
+        qr, kr, vr = (a.astype(ctx.dtype).astype(np.float64) for a in (q, k, v))
+        s = np_scores(qr, kr, scale, p["causal"])
+        out, lse = np_softmax(s) @ vr, np_lse(s)
+        grads = [Arr(do, layout=lay), *args, Arr(out), Arr(lse), scale]
+        return Example(label(p), grads, {"causal": p["causal"]}, params=p)
+
+    return Samples(build, EDGES, draw)
+
+
+_TOL = Tolerances(Tolerance(1e-4, 1e-4), Tolerance(1e-10, 1e-10), scale=score_scale,
+                  why="online rescaling across tiles; scores carry their ulps")
+_TOL_B = Tolerances(Tolerance(2e-4, 2e-4), Tolerance(1e-10, 1e-10), scale=score_scale,
+                    why="probabilities rebuilt from lse, four accumulating products")  # fmt: skip
+
+FLASH_ATTENTION = OpUnit(
+    "flash_attention", "fused", "flash_attention", FlashAttentionMethods.flash_attention,
+    function=flash_attention, outputs=("out", "lse"), composite=flash_attention_composite,
+    vjp=_flash_vjp, differentiable=(0, 1, 2), tolerance=_TOL, samples=_samples(False), cost=cost,
+    errors=(
+        error("flash_attention_qkv_shapes", "flash_attention",
+              lambda t: flash_attention(t.f(1, 1, 4, 2), t.f(1, 1, 4, 3), t.f(1, 1, 4, 2), 1.0)),
+        error("flash_attention_zero_head_dim", "flash_attention",
+              lambda t: flash_attention(t.f(1, 1, 4, 0), t.f(1, 1, 4, 0), t.f(1, 1, 4, 0), 1.0)),
+    ),
+)  # fmt: skip
+FLASH_ATTENTION_BACKWARD = OpUnit(
+    "flash_attention_backward", "fused", "flash_attention",
+    FlashAttentionMethods.flash_attention_backward, function=flash_attention_backward,
+    outputs=("dq", "dk", "dv"), composite=flash_attention_backward_composite, tolerance=_TOL_B,
+    samples=_samples(True), cost=cost,
+    errors=(error("flash_backward_lse_shape", "flash_attention_backward",
+                  lambda t: flash_attention_backward(*(t.f(1, 1, 3, 2),) * 5, t.f(1, 3), 1.0)),),
+)  # fmt: skip
+
+register(FLASH_ATTENTION, FLASH_ATTENTION_BACKWARD)

@@ -1,0 +1,184 @@
+"""GELU and its backward, in the tanh form (GPT-2's) and the exact erf form.
+
+``"tanh"``: ``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))``; ``"none"``:
+``0.5 x (1 + erf(x / sqrt 2))``. Elementwise, same shape and dtype, NaN propagates, and
+large ``|x|`` must not overflow an intermediate (``gelu(1e4) = 1e4``, ``gelu(-1e4) = 0``):
+a tanh written as ``(e^2u - 1) / (e^2u + 1)`` gives NaN there. Metal has no ``erf``:
+kernels carry their own, accurate to the element type.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Protocol
+
+import numpy as np
+
+from ...errors import ShapeError
+from ...tensor import Tensor
+from .. import checks
+from ..dispatch import Out, dispatch
+from ..primitive.binary import add, add_scalar, maximum, minimum, mul, mul_scalar, pow_scalar
+from ..primitive.memory import full_like
+from ..primitive.unary import exp, neg, tanh
+from ..samples import Arr, Ctx, Draw, Example, Params, Samples, edges, error, label, normal
+from ..samples import rng_of, with_specials
+from ..unit import OpUnit, Tolerance, Tolerances, register
+
+APPROXIMATIONS: tuple[str, ...] = ("tanh", "none")
+_K = math.sqrt(2.0 / math.pi)
+
+
+class GeluMethods(Protocol):
+    def gelu(self, x: Tensor, approximate: str) -> Tensor:
+        """GELU of ``x``, ``approximate`` in ``("tanh", "none")``; same shape and dtype.
+
+        No intermediate may overflow for large ``|x|``; NaN propagates."""
+        ...
+
+    def gelu_backward(self, dy: Tensor, x: Tensor, approximate: str) -> Tensor:
+        """``dy * gelu'(x)`` for the same ``approximate`` form."""
+        ...
+
+
+def _approx(op: str, approximate: str) -> str:
+    if approximate not in APPROXIMATIONS:
+        raise ShapeError(f"[{op}] approximate must be one of {APPROXIMATIONS}; got {approximate!r}")
+    return approximate
+
+
+def gelu(x: Tensor, approximate: str = "tanh") -> Tensor:
+    backend = checks.float_operands("gelu", x)
+    approximate = _approx("gelu", approximate)
+    return dispatch(GELU, backend, (x, approximate), Out(x.shape, x.dtype))
+
+
+def gelu_backward(dy: Tensor, x: Tensor, approximate: str = "tanh") -> Tensor:
+    backend = checks.float_operands("gelu_backward", dy, x)
+    approximate = _approx("gelu_backward", approximate)
+    checks.shape_is("gelu_backward", dy, x.shape, "dy")
+    return dispatch(GELU_BACKWARD, backend, (dy, x, approximate), Out(x.shape, x.dtype))
+
+
+# -- composites (primitives only) -----------------------------------------------------------------
+def _erf_terms(dtype: np.dtype) -> tuple[float, int]:
+    """Clamp and series length for erf in ``dtype``: beyond the clamp erf is +-1 to within
+    half an ulp; the series' tail after that many terms is below an eighth of an ulp."""
+    clamp, eps = (6.0, 1.1e-16) if dtype == np.float64 else (4.0, 6e-8)
+    term = total = clamp
+    n = 0
+    while term >= eps / 8 * total:
+        n += 1
+        term *= 2 * clamp * clamp / (2 * n + 1)
+        total += term
+    return clamp, n
+
+
+def erf(x: Tensor) -> Tensor:
+    """erf to the precision of ``x.dtype`` from primitives: Abramowitz & Stegun 7.1.6,
+    ``erf x = 2/sqrt(pi) e^(-x^2) sum_n 2^n x^(2n+1) / (1*3*...*(2n+1))``, whose terms are
+    all positive (no cancellation), on ``x`` clamped to where erf rounds to +-1."""
+    clamp, terms = _erf_terms(x.dtype)
+    xc = minimum(maximum(x, full_like(x, -clamp)), full_like(x, clamp))  # NaN stays NaN
+    two_x2 = mul_scalar(mul(xc, xc), 2.0)
+    term = total = xc
+    for n in range(1, terms + 1):
+        term = mul_scalar(mul(term, two_x2), 1.0 / (2 * n + 1))
+        total = add(total, term)
+    return mul(mul_scalar(total, 2.0 / math.sqrt(math.pi)), exp(mul_scalar(two_x2, -0.5)))
+
+
+def _cdf(x: Tensor) -> Tensor:
+    return mul_scalar(add_scalar(erf(mul_scalar(x, 1.0 / math.sqrt(2.0))), 1.0), 0.5)
+
+
+def _tanh_inner(x: Tensor) -> Tensor:
+    return tanh(mul_scalar(add(x, mul_scalar(pow_scalar(x, 3.0), 0.044715)), _K))
+
+
+def gelu_composite(x: Tensor, approximate: str) -> Tensor:
+    if approximate == "tanh":
+        return mul(mul_scalar(x, 0.5), add_scalar(_tanh_inner(x), 1.0))
+    return mul(x, _cdf(x))
+
+
+def gelu_backward_composite(dy: Tensor, x: Tensor, approximate: str) -> Tensor:
+    if approximate == "tanh":
+        t = _tanh_inner(x)
+        x2 = mul(x, x)
+        dinner = mul_scalar(add_scalar(mul_scalar(x2, 3 * 0.044715), 1.0), _K)
+        sech2 = add_scalar(neg(mul(t, t)), 1.0)
+        grad = add(mul_scalar(add_scalar(t, 1.0), 0.5), mul(mul_scalar(x, 0.5), mul(sech2, dinner)))
+        return mul(dy, grad)
+    pdf = mul_scalar(exp(mul_scalar(mul(x, x), -0.5)), 1.0 / math.sqrt(2.0 * math.pi))
+    return mul(dy, add(_cdf(x), mul(x, pdf)))
+
+
+def _gelu_vjp(g: Tensor, args: Any, y: Tensor, needs: Any) -> tuple[Tensor]:
+    x, approximate = args
+    return (gelu_backward(g, x, approximate),)
+
+
+# -- conformance samples ---------------------------------------------------------------------------
+ROW_EDGES = edges(
+    {"label": "long row (4097)", "shape": (2, 4097)},
+    {"label": "size-1 axes", "shape": (1, 1, 1)},
+    {"label": "odd sizes", "shape": (3, 5, 67)},
+    {"label": "empty", "shape": (0, 7)},
+    {"label": "transposed", "shape": (9, 33), "layout": "transposed"},
+    {"label": "offset x[1:]", "shape": (5, 9), "layout": "offset"},
+    {"label": "rows x[:, :k]", "shape": (4, 17), "layout": "rows"},
+    {"label": "large |x| (up to 1e4)", "shape": (3, 40), "large": True},
+    {"label": "NaN", "shape": (3, 21), "special": True},
+)
+
+
+def _samples(backward: bool) -> Samples:
+    def build(p: Params, ctx: Ctx) -> Example:
+        rng = rng_of(p)
+        x = normal(rng, p["shape"], 2.0)
+        if p.get("large"):
+            x = np.sign(x) * np.exp(rng.uniform(0.0, np.log(1e4), p["shape"]))
+        if p.get("special"):
+            x = with_specials(x, rng, np.nan)
+        args = [Arr(x, layout=p["layout"])]
+        if backward:
+            args.insert(0, Arr(normal(rng, p["shape"]), layout=p["layout"]))
+        return Example(label(p), args, {"approximate": p["approximate"]}, params=p)
+
+    def draw(d: Draw) -> Params:
+        return {"shape": d.shape(), "approximate": d.choice(APPROXIMATIONS)}
+
+    e = tuple({**edge, "approximate": a} for edge in ROW_EDGES for a in APPROXIMATIONS)
+    return Samples(build, e, draw)
+
+
+def _cost(n_in: int) -> Any:
+    return lambda args: ((n_in + 1) * args[-2 if n_in > 1 else 0].nbytes, 20 * args[0].size)
+
+
+GELU = OpUnit(
+    "gelu", "fused", "gelu", GeluMethods.gelu, function=gelu,
+    composite=gelu_composite, vjp=_gelu_vjp, differentiable=(0,),
+    nan="propagates NaN",
+    # tanh/erf are a few ulp; the float64 composite's erf is float64-grade
+    tolerance=Tolerances(Tolerance(2e-6, 1e-5), Tolerance(1e-13, 1e-12),
+                         why="tanh/erf are a few ulp"),
+    samples=_samples(False), cost=_cost(1),
+    errors=(error("gelu_bad_approximate", "gelu", lambda t: gelu(t.f(3), "exact")),
+            error("gelu_index_dtype", "gelu", lambda t: gelu(t.i(3)), "index")),
+)  # fmt: skip
+GELU_BACKWARD = OpUnit(
+    "gelu_backward", "fused", "gelu", GeluMethods.gelu_backward, function=gelu_backward,
+    composite=gelu_backward_composite, nan="propagates NaN",
+    # for large |x| it cancels (1 + tanh) and (1 - tanh^2), then scales by x * dy
+    tolerance=Tolerances(Tolerance(2e-5, 2e-5), Tolerance(1e-12, 1e-11),
+                         why="(1 + tanh) and (1 - tanh^2) cancel for large |x|"),
+    samples=_samples(True), cost=_cost(2),
+    errors=(error("gelu_backward_shapes", "gelu_backward",
+                  lambda t: gelu_backward(t.f(2, 3), t.f(3, 2))),
+            error("gelu_backward_mixed_devices", "gelu_backward",
+                  lambda t: gelu_backward(t.f(3), t.other_device(3)))),
+)  # fmt: skip
+
+register(GELU, GELU_BACKWARD)

@@ -1,0 +1,306 @@
+"""Elementwise binary ops: ``add sub mul div maximum minimum`` and the scalar forms
+``add_scalar mul_scalar pow_scalar``.
+
+Tensor operands have equal shapes and one float dtype: riftco never broadcasts
+implicitly (``broadcast_to`` is an explicit, zero-copy view). Results are new tensors of
+that shape and dtype. IEEE throughout: NaN propagates, ``inf - inf = NaN``, ``x / 0 = +-inf``.
+``maximum``/``minimum`` return NaN when either operand is NaN (numpy's ``np.maximum``, not
+C's ``fmax``). A scalar travels as a Python float and is converted to the tensor's dtype.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import numpy as np
+
+from ...errors import DTypeError
+from ...tensor import Tensor
+from .. import checks
+from ..dispatch import Out, dispatch
+from ..samples import Arr, Ctx, Draw, Example, Params, Samples, edges, error, grid, label
+from ..samples import log_uniform, normal, rng_of, signed_away_from_zero, with_specials
+from ..unit import OpUnit, Tolerance, Tolerances, register
+from .select import compare
+
+FLOATS = checks.FLOATS
+
+
+class BinaryMethods(Protocol):
+    def add(self, a: Tensor, b: Tensor) -> Tensor:
+        """``a + b`` for equal shapes and dtypes (no implicit broadcasting)."""
+        ...
+
+    def sub(self, a: Tensor, b: Tensor) -> Tensor:
+        """``a - b``."""
+        ...
+
+    def mul(self, a: Tensor, b: Tensor) -> Tensor:
+        """``a * b``."""
+        ...
+
+    def div(self, a: Tensor, b: Tensor) -> Tensor:
+        """``a / b``; division by zero gives +-inf or NaN (IEEE), never an error."""
+        ...
+
+    def maximum(self, a: Tensor, b: Tensor) -> Tensor:
+        """Elementwise maximum; NaN if either operand is NaN."""
+        ...
+
+    def minimum(self, a: Tensor, b: Tensor) -> Tensor:
+        """Elementwise minimum; NaN if either operand is NaN."""
+        ...
+
+    def add_scalar(self, x: Tensor, value: float) -> Tensor:
+        """``x + value`` with ``value`` converted to ``x.dtype``."""
+        ...
+
+    def mul_scalar(self, x: Tensor, value: float) -> Tensor:
+        """``x * value`` with ``value`` converted to ``x.dtype``."""
+        ...
+
+    def pow_scalar(self, x: Tensor, value: float) -> Tensor:
+        """``x ** value``; for integral ``value`` negative bases are fine, for fractional
+        ones they give NaN; ``0 ** negative = inf``; ``x ** 0 = 1`` (NaN included)."""
+        ...
+
+
+def _binary(unit: OpUnit, a: Tensor, b: Tensor) -> Tensor:
+    if not (
+        type(a) is Tensor
+        and type(b) is Tensor
+        and a.backend is b.backend
+        and a.shape == b.shape
+        and a.dtype == b.dtype
+        and a.dtype in FLOATS
+    ):  # the slow path raises the right error (type, device, shape, dtype in that order)
+        checks.tensor(unit.name, a)
+        checks.tensor(unit.name, b)
+        checks.same_backend(unit.name, a, b)
+        checks.same_shape(unit.name, a, b)
+        checks.same_dtype(unit.name, a, b)
+        checks.floats(unit.name, a)
+    return dispatch(unit, a.backend, (a, b), Out(a.shape, a.dtype))
+
+
+def add(a: Tensor, b: Tensor) -> Tensor:
+    return _binary(ADD, a, b)
+
+
+def sub(a: Tensor, b: Tensor) -> Tensor:
+    return _binary(SUB, a, b)
+
+
+def mul(a: Tensor, b: Tensor) -> Tensor:
+    return _binary(MUL, a, b)
+
+
+def div(a: Tensor, b: Tensor) -> Tensor:
+    return _binary(DIV, a, b)
+
+
+def maximum(a: Tensor, b: Tensor) -> Tensor:
+    return _binary(MAXIMUM, a, b)
+
+
+def minimum(a: Tensor, b: Tensor) -> Tensor:
+    return _binary(MINIMUM, a, b)
+
+
+def _scalar(unit: OpUnit, x: Tensor, value: Any) -> Tensor:
+    tv = type(value)
+    if not (type(x) is Tensor and (tv is float or tv is int) and x.dtype in FLOATS):
+        checks.tensor(unit.name, x)
+        if not isinstance(value, (int, float, np.integer, np.floating)) or isinstance(
+            value, bool
+        ):
+            raise DTypeError(
+                f"[{unit.name}] scalar must be a Python number; got {type(value).__name__}"
+            )
+        checks.floats(unit.name, x)
+    return dispatch(unit, x.backend, (x, float(value)), Out(x.shape, x.dtype))
+
+
+def add_scalar(x: Tensor, value: float) -> Tensor:
+    return _scalar(ADD_SCALAR, x, value)
+
+
+def mul_scalar(x: Tensor, value: float) -> Tensor:
+    return _scalar(MUL_SCALAR, x, value)
+
+
+def pow_scalar(x: Tensor, value: float) -> Tensor:
+    return _scalar(POW_SCALAR, x, value)
+
+
+# -- VJPs ------------------------------------------------------------------------------------------
+def _add_vjp(g: Tensor, args: Any, y: Tensor, needs: Any) -> tuple[Tensor, Tensor]:
+    return g, g
+
+
+def _sub_vjp(g: Tensor, args: Any, y: Tensor, needs: Any) -> tuple[Tensor, Tensor | None]:
+    return g, (mul_scalar(g, -1.0) if needs[1] else None)
+
+
+def _mul_vjp(g: Tensor, args: Any, y: Tensor, needs: Any) -> tuple[Tensor | None, Tensor | None]:
+    a, b = args
+    return (mul(g, b) if needs[0] else None, mul(g, a) if needs[1] else None)
+
+
+def _div_vjp(g: Tensor, args: Any, y: Tensor, needs: Any) -> tuple[Tensor, Tensor | None]:
+    ga = div(g, args[1])  # d(a/b)/db = -(a/b)/b, so gb = -ga * y
+    return ga, (mul_scalar(mul(ga, y), -1.0) if needs[1] else None)
+
+
+def _select_vjp(pick_a: str) -> Any:
+    """maximum/minimum: the gradient goes to the selected operand, shared equally on ties."""
+
+    def vjp(g: Tensor, args: Any, y: Tensor, needs: Any) -> tuple[Tensor | None, Tensor | None]:
+        a, b = args
+        share = add(compare(a, b, pick_a), mul_scalar(compare(a, b, "eq"), 0.5))
+        ga = mul(g, share)
+        return (ga if needs[0] else None, sub(g, ga) if needs[1] else None)
+
+    return vjp
+
+
+def _add_scalar_vjp(g: Tensor, args: Any, y: Tensor, needs: Any) -> tuple[Tensor]:
+    return (g,)
+
+
+def _mul_scalar_vjp(g: Tensor, args: Any, y: Tensor, needs: Any) -> tuple[Tensor]:
+    return (mul_scalar(g, args[1]),)
+
+
+def _pow_scalar_vjp(g: Tensor, args: Any, y: Tensor, needs: Any) -> tuple[Tensor]:
+    x, p = args
+    if p == 0.0:
+        return (mul_scalar(g, 0.0),)
+    return (mul(g, mul_scalar(pow_scalar(x, p - 1.0), p)),)
+
+
+# -- conformance samples ----------------------------------------------------------------------------
+EDGES = edges(
+    {"label": "size-1 axes", "shape": (1, 1, 1)},
+    {"label": "odd sizes", "shape": (3, 67)},
+    {"label": "long row", "shape": (2, 4097)},
+    {"label": "0-d", "shape": ()},
+    {"label": "empty", "shape": (0, 5)},
+    {"label": "transposed", "shape": (5, 33), "layout": "transposed"},
+    {"label": "permuted", "shape": (2, 3, 5), "layout": "permuted"},
+    {"label": "broadcast", "shape": (4, 9), "layout": "broadcast"},
+    {"label": "sliced", "shape": (3, 17), "layout": "sliced"},
+    {"label": "offset x[1:]", "shape": (6, 7), "layout": "offset"},
+    {"label": "rows x[:, :k]", "shape": (5, 9), "layout": "rows"},
+    {"label": "mixed layouts", "shape": (6, 5), "layout": "transposed", "layout_b": "broadcast"},
+    {"label": "mixed layouts 2", "shape": (4, 6), "layout": "offset", "layout_b": "sliced"},
+    {"label": "NaN and +-inf", "shape": (4, 33), "special": True},
+)
+
+GENERATORS: dict[str, Any] = {
+    "add": (normal, normal),
+    "sub": (normal, normal),
+    "mul": (normal, normal),
+    "div": (normal, signed_away_from_zero),
+    "maximum": (grid, grid),  # a grid makes equal operands common
+    "minimum": (grid, grid),
+}
+
+
+def _binary_samples(op: str) -> Samples:
+    gens = GENERATORS[op]
+
+    def build(p: Params, ctx: Ctx) -> Example:
+        rng = rng_of(p)
+        a, b = (g(rng, p["shape"]) for g in gens)
+        if p.get("special"):
+            specials = (np.nan, np.inf, -np.inf, 0.0, -0.0)
+            a, b = with_specials(a, rng, *specials), with_specials(b, rng, *specials)
+        lay_b = p.get("layout_b", p["layout"])
+        return Example(label(p), [Arr(a, layout=p["layout"]), Arr(b, layout=lay_b)], params=p)
+
+    def draw(d: Draw) -> Params:
+        return {"shape": d.shape()}
+
+    return Samples(build, EDGES, draw)
+
+
+SCALAR_VALUES: dict[str, tuple[float, ...]] = {
+    "add_scalar": (1.5, -2.0, 0.0, 1e-3),
+    "mul_scalar": (2.0, -0.5, 0.0, 1e3),
+    "pow_scalar": (2.0, 3.0, -1.0, 0.5, -1.5, 0.0),
+}
+
+
+def _scalar_samples(op: str) -> Samples:
+    values = SCALAR_VALUES[op]
+
+    def build(p: Params, ctx: Ctx) -> Example:
+        rng, value = rng_of(p), p["value"]
+        if op == "pow_scalar" and not float(value).is_integer():
+            x = log_uniform(rng, p["shape"], 0.1, 10.0)  # fractional powers need x > 0
+        elif op == "pow_scalar":
+            x = signed_away_from_zero(rng, p["shape"])
+        else:
+            x = normal(rng, p["shape"], 2.0)
+        if p.get("special"):
+            x = with_specials(x, rng, np.nan, np.inf, -np.inf, 0.0)
+        return Example(label(p), [Arr(x, layout=p["layout"]), value], params=p)
+
+    def draw(d: Draw) -> Params:
+        return {"shape": d.shape(), "value": d.choice(values)}
+
+    edge = tuple({**e, "value": v} for e in EDGES for v in values[:1] if "layout_b" not in e)
+    edge += tuple({**edges({"label": "NaN and +-inf", "shape": (3, 9), "special": True})[0],
+                   "value": v} for v in values)  # fmt: skip
+    return Samples(build, edge, draw)
+
+
+def _cost(flops: int) -> Any:
+    return lambda args: (3 * args[0].nbytes if isinstance(args[1], Tensor) else 2 * args[0].nbytes,
+                         flops * args[0].size)  # fmt: skip
+
+
+#: OpenCL allows 2.5 ulp division unless built with -cl-fp32-correctly-rounded-divide-sqrt.
+_DIV_TOL = Tolerances(Tolerance(1e-6, 1e-5), why="OpenCL division may be 2.5 ulp")
+_POW_TOL = Tolerances(Tolerance(1e-6, 1e-5), why="pow is a few ulp on GPU math libraries")
+_EXACT = Tolerances(exact=True, why="a selection, exact")
+
+
+def _binary_unit(name: str, fn: Any, vjp: Any, tol: Tolerances) -> OpUnit:
+    return OpUnit(
+        name, "primitive", "binary", getattr(BinaryMethods, name), function=fn,
+        vjp=vjp, differentiable=(0, 1), tolerance=tol, samples=_binary_samples(name),
+        cost=_cost(1),
+        errors=(
+            error(f"{name}_shape_mismatch", name, lambda t: fn(t.f(3, 4), t.f(4, 3))),
+            error(f"{name}_no_implicit_broadcast", name, lambda t: fn(t.f(3, 4), t.f(1, 4))),
+            error(f"{name}_mixed_devices", name, lambda t: fn(t.f(2, 2), t.other_device(2, 2))),
+            error(f"{name}_mixed_dtypes", name, lambda t: fn(t.f(2), t.other_float(2)),
+                  "other_float"),
+            error(f"{name}_index_dtype", name, lambda t: fn(t.i(3), t.i(3)), "index"),
+        ),
+    )  # fmt: skip
+
+
+def _scalar_unit(name: str, fn: Any, vjp: Any, tol: Tolerances) -> OpUnit:
+    return OpUnit(
+        name, "primitive", "binary", getattr(BinaryMethods, name), function=fn,
+        vjp=vjp, differentiable=(0,), tolerance=tol, samples=_scalar_samples(name),
+        cost=_cost(1),
+        errors=(error(f"{name}_tensor_scalar", name, lambda t: fn(t.f(3), t.f(3))),
+                error(f"{name}_bool_scalar", name, lambda t: fn(t.f(3), True))),
+    )  # fmt: skip
+
+
+ADD = _binary_unit("add", add, _add_vjp, Tolerances())
+SUB = _binary_unit("sub", sub, _sub_vjp, Tolerances())
+MUL = _binary_unit("mul", mul, _mul_vjp, Tolerances())
+DIV = _binary_unit("div", div, _div_vjp, _DIV_TOL)
+MAXIMUM = _binary_unit("maximum", maximum, _select_vjp("gt"), _EXACT)
+MINIMUM = _binary_unit("minimum", minimum, _select_vjp("lt"), _EXACT)
+ADD_SCALAR = _scalar_unit("add_scalar", add_scalar, _add_scalar_vjp, Tolerances())
+MUL_SCALAR = _scalar_unit("mul_scalar", mul_scalar, _mul_scalar_vjp, Tolerances())
+POW_SCALAR = _scalar_unit("pow_scalar", pow_scalar, _pow_scalar_vjp, _POW_TOL)
+
+register(ADD, SUB, MUL, DIV, MAXIMUM, MINIMUM, ADD_SCALAR, MUL_SCALAR, POW_SCALAR)

@@ -1,0 +1,132 @@
+"""Joining and splitting along the feature axis: ``concatenate_last_axis``,
+``split_last_axis``.
+
+Exact copies. All pieces share the leading dims and dtype; widths may be 0 for a
+concatenated piece but a split never produces an empty piece. Results are new tensors:
+a split piece is never a view of the input.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from ...errors import ShapeError
+from ...tensor import Tensor
+from .. import checks
+from ..dispatch import Out, dispatch
+from ..samples import SIZES, Arr, Ctx, Draw, Example, Params, Samples, edges, error, label
+from ..samples import normal, rng_of
+from ..unit import EXACT_TOLERANCES, OpUnit, register
+
+
+class LayoutMethods(Protocol):
+    def concatenate_last_axis(self, xs: Sequence[Tensor]) -> Tensor:
+        """Join along the last axis; all leading dims and dtypes equal (any dtype)."""
+        ...
+
+    def split_last_axis(self, x: Tensor, sizes: Sequence[int]) -> list[Tensor]:
+        """New dense pieces of widths ``sizes`` (positive, summing to ``x.shape[-1]``)."""
+        ...
+
+
+def concatenate_last_axis(xs: Sequence[Tensor]) -> Tensor:
+    xs = list(xs)
+    if not xs:
+        raise ShapeError("[concatenate_last_axis] needs at least one tensor")
+    for x in xs:
+        checks.tensor("concatenate_last_axis", x)
+    backend = checks.same_backend("concatenate_last_axis", *xs)
+    checks.same_dtype("concatenate_last_axis", *xs)
+    lead = xs[0].shape[:-1]
+    if builtins.any(x.ndim == 0 or x.shape[:-1] != lead for x in xs):
+        shapes = ", ".join(str(x.shape) for x in xs)
+        raise ShapeError(f"[concatenate_last_axis] leading dims must match; got {shapes}")
+    width = builtins.sum(x.shape[-1] for x in xs)
+    return dispatch(CONCATENATE, backend, (xs,), Out(lead + (width,), xs[0].dtype))
+
+
+def split_last_axis(x: Tensor, sizes: Sequence[int]) -> list[Tensor]:
+    checks.tensor("split_last_axis", x)
+    sizes = [int(s) for s in sizes]
+    if x.ndim == 0 or builtins.sum(sizes) != x.shape[-1] or builtins.any(s <= 0 for s in sizes):
+        raise ShapeError(
+            f"[split_last_axis] positive sizes {sizes} must add up to the last dim of {x.shape}"
+        )
+    lead = x.shape[:-1]
+    return dispatch(SPLIT, x.backend, (x, sizes), [Out(lead + (s,), x.dtype) for s in sizes])
+
+
+def _concat_vjp(g: Tensor, args: Any, y: Tensor, needs: Any) -> tuple[Tensor, ...]:
+    return tuple(split_last_axis(g, [x.shape[-1] for x in args[0]]))
+
+
+# -- conformance samples -----------------------------------------------------------------------------
+def _build_concat(p: Params, ctx: Ctx) -> Example:
+    rng = rng_of(p)
+    pieces = [Arr(normal(rng, p["lead"] + (w,)), layout=p["layout"]) for w in p["widths"]]
+    return Example(label(p), [pieces], params=p)
+
+
+def _draw_concat(d: Draw) -> Params:
+    return {"lead": d.shape(0, 2), "widths": [d.choice(SIZES) for _ in range(d.integer(1, 4))]}
+
+
+_CONCAT_EDGES = edges(
+    {"label": "width-1 pieces", "lead": (3,), "widths": [1, 1, 1]},
+    {"label": "odd widths, transposed", "lead": (5,), "widths": [7, 33, 2], "layout": "transposed"},
+    {"label": "one piece", "lead": (2, 3), "widths": [65]},
+    {"label": "offset pieces", "lead": (4,), "widths": [3, 5], "layout": "offset"},
+    {"label": "rank 1", "lead": (), "widths": [4, 9]},
+)
+
+
+def _build_split(p: Params, ctx: Ctx) -> Example:
+    x = normal(rng_of(p), p["lead"] + (sum(p["sizes"]),))
+    return Example(label(p), [Arr(x, layout=p["layout"]), list(p["sizes"])], params=p)
+
+
+def _draw_split(d: Draw) -> Params:
+    return {"lead": d.shape(0, 2), "sizes": [d.choice(SIZES) for _ in range(d.integer(1, 4))]}
+
+
+_SPLIT_EDGES = edges(
+    {"label": "width-1 pieces", "lead": (3,), "sizes": [1, 1, 1]},
+    {"label": "odd widths, sliced", "lead": (5,), "sizes": [7, 33, 2], "layout": "sliced"},
+    {"label": "one piece", "lead": (2, 3), "sizes": [65]},
+    {"label": "offset", "lead": (4,), "sizes": [3, 5], "layout": "offset"},
+)
+
+
+def _cost(args: list[Any]) -> tuple[int, int]:
+    xs = args[0] if isinstance(args[0], list) else [args[0]]
+    return (2 * builtins.sum(x.nbytes for x in xs), 0)
+
+
+CONCATENATE = OpUnit(
+    "concatenate_last_axis", "primitive", "layout", LayoutMethods.concatenate_last_axis,
+    function=concatenate_last_axis, vjp=_concat_vjp, differentiable=(0,),
+    tolerance=EXACT_TOLERANCES, samples=Samples(_build_concat, _CONCAT_EDGES, _draw_concat),
+    cost=_cost,
+    errors=(
+        error("concatenate_leading", "concatenate_last_axis",
+              lambda t: concatenate_last_axis([t.f(2, 3), t.f(3, 3)])),
+        error("concatenate_empty_list", "concatenate_last_axis",
+              lambda t: concatenate_last_axis([])),
+        error("concatenate_mixed_devices", "concatenate_last_axis",
+              lambda t: concatenate_last_axis([t.f(2, 3), t.other_device(2, 3)])),
+    ),
+)  # fmt: skip
+SPLIT = OpUnit(
+    "split_last_axis", "primitive", "layout", LayoutMethods.split_last_axis,
+    function=split_last_axis, outputs=("pieces",), tolerance=EXACT_TOLERANCES,
+    samples=Samples(_build_split, _SPLIT_EDGES, _draw_split), cost=_cost,
+    errors=(
+        error("split_sizes", "split_last_axis", lambda t: split_last_axis(t.f(2, 5), [2, 2])),
+        error("split_zero_width", "split_last_axis",
+              lambda t: split_last_axis(t.f(2, 5), [5, 0])),
+    ),
+)  # fmt: skip
+
+register(CONCATENATE, SPLIT)

@@ -1,0 +1,285 @@
+"""Allocation and transfer: the buffers every other op reads and writes.
+
+Strides and offsets count *elements*, never bytes. A backend sees a Tensor's ``shape``,
+``strides``, ``offset``, ``dtype`` and ``storage.buffer`` (its own buffer object); it builds
+results with ``BackendBase.wrap``. ``copy_strided`` and ``to_numpy`` are the only methods
+that must read arbitrary views (transposed, broadcast with stride 0, offset, sliced);
+every other method receives dense operands unless the backend sets ``accepts_strided``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Protocol
+
+import numpy as np
+
+from ... import dtypes as _dt
+from ...errors import BackendContractError, OutOfMemoryError, RiftcoError, ShapeError
+from ...tensor import Tensor
+from .. import checks
+from ..dispatch import Out, dispatch
+from ..samples import LAYOUTS, Arr, Ctx, Draw, Example, Params, Samples, edges, error, label
+from ..samples import normal, rng_of
+from ..unit import EXACT_TOLERANCES, OpUnit, register
+
+
+class MemoryMethods(Protocol):
+    def allocate(self, shape: tuple[int, ...], dtype: np.dtype) -> Tensor:
+        """A new dense tensor of ``shape`` and ``dtype``; contents undefined.
+
+        Core has checked that every dim is >= 0 and that ``dtype`` is one the backend
+        declares. A failed allocation may raise anything: core reports it as
+        ``OutOfMemoryError`` naming the op, shape, dtype and bytes."""
+        ...
+
+    def from_numpy(self, array: np.ndarray) -> Tensor:
+        """Upload a C-contiguous host array into a new dense tensor of the same dtype.
+
+        Core refuses dtypes the backend does not declare before calling; a backend may
+        still refuse (raise ``DTypeError``) but must never convert silently."""
+        ...
+
+    def to_numpy(self, x: Tensor) -> np.ndarray:
+        """Download ``x`` (any view: respect its strides and offset) into a new C-contiguous
+        array of ``x.dtype`` and ``x.shape``. A synchronisation point: queued work that
+        writes ``x`` completes first, and deferred device errors are raised here."""
+        ...
+
+    def copy_strided(self, x: Tensor) -> Tensor:
+        """A new dense tensor with the values of any view ``x``: strides may be 0 or
+        permuted, the offset anything, the last axis sliced. Exact."""
+        ...
+
+    def fill(self, x: Tensor, value: float) -> None:
+        """In place: every element of dense ``x`` becomes ``value`` converted to ``x.dtype``
+        (NaN, +-inf and -0.0 included). Core bumps the storage version."""
+        ...
+
+    def synchronize(self) -> None:
+        """Wait until all queued work has finished; raise any deferred device error."""
+        ...
+
+    def memory_stats(self) -> dict[str, int]:
+        """At least ``{"allocated_bytes", "peak_bytes"}``: bytes held in live tensor buffers."""
+        ...
+
+
+# -- public functions ---------------------------------------------------------------------------
+def allocate(backend: Any, shape: tuple[int, ...], dtype: Any) -> Tensor:
+    """A new dense tensor on ``backend`` (contents undefined)."""
+    dt = _dt.as_dtype(dtype, "allocate")
+    shape = tuple(int(s) for s in shape)
+    if any(s < 0 for s in shape):
+        raise ShapeError(f"[allocate] dims must be >= 0; got shape {shape}")
+    checks.supported("allocate", backend, dt)
+    try:
+        out = backend.allocate(shape, dt)
+    except RiftcoError:
+        raise
+    except Exception as exc:
+        nbytes = math.prod(shape) * dt.itemsize
+        raise OutOfMemoryError(
+            f"[allocate] backend {backend.name}:{backend.device_index} could not allocate "
+            f"{nbytes:,} bytes (shape {shape}, {dt.name}): {type(exc).__name__}: {exc}"
+        ) from exc
+    _check_new(ALLOCATE, backend, out, Out(shape, dt))
+    return out
+
+
+def upload(backend: Any, array: np.ndarray) -> Tensor:
+    """A new tensor on ``backend`` holding a copy of ``array`` (dtype kept, never cast)."""
+    arr = np.asarray(array, order="C")  # NOTE: keeps 0-d arrays 0-d, unlike ascontiguousarray
+    dt = _dt.as_dtype(arr.dtype, "from_numpy")
+    checks.supported("from_numpy", backend, dt)
+    try:
+        out = backend.from_numpy(arr)
+    except RiftcoError:
+        raise
+    except MemoryError as exc:
+        raise OutOfMemoryError(
+            f"[from_numpy] backend {backend.name}:{backend.device_index} could not allocate "
+            f"{arr.nbytes:,} bytes (shape {arr.shape}, {dt.name})"
+        ) from exc
+    _check_new(FROM_NUMPY, backend, out, Out(arr.shape, dt))
+    return out
+
+
+def download(x: Tensor) -> np.ndarray:
+    """A new host array with the values of ``x`` (any view); a synchronisation point."""
+    checks.tensor("to_numpy", x)
+    out = x.backend.to_numpy(x)
+    if type(out) is not np.ndarray or out.shape != x.shape or out.dtype != x.dtype:
+        got = f"{type(out).__name__} {getattr(out, 'shape', '')} {getattr(out, 'dtype', '')}"
+        raise _contract(
+            TO_NUMPY,
+            x.backend,
+            f"returned {got.strip()}; expected a numpy array of shape {x.shape} and dtype "
+            f"{x.dtype.name}",
+        )
+    return out
+
+
+def copy_strided(x: Tensor) -> Tensor:
+    """A new dense copy of any view ``x`` (always a copy, even when ``x`` is dense)."""
+    checks.tensor("copy_strided", x)
+    return dispatch(COPY_STRIDED, x.backend, (x,), Out(x.shape, x.dtype), prep=False)
+
+
+def contiguous(x: Tensor) -> Tensor:
+    """``x`` itself when dense (C-contiguous, offset 0), else a dense copy."""
+    if x.is_dense:
+        return x
+    return dispatch(COPY_STRIDED, x.backend, (x,), Out(x.shape, x.dtype), prep=False)
+
+
+def fill_(x: Tensor, value: float) -> Tensor:
+    """In place; bumps the storage version so graphs reading ``x`` become stale."""
+    checks.tensor("fill_", x)
+    if not x.is_dense:
+        raise ShapeError(f"[fill_] needs a dense tensor (offset 0, C-contiguous); got {x!r}")
+    dispatch(FILL, x.backend, (x, checks.number("fill_", value, "value")), None, prep=False)
+    x.bump_version()
+    return x
+
+
+def full_like(like: Tensor, value: float, shape: tuple[int, ...] | None = None) -> Tensor:
+    """``value`` everywhere, on ``like``'s backend and in its dtype (its shape by default).
+
+    A device fill with no upload: ops, composites and compiled objectives use it for the
+    constants they combine with an operand they already checked."""
+    out = allocate(like.backend, like.shape if shape is None else tuple(shape), like.dtype)
+    dispatch(FILL, like.backend, (out, float(value)), None, prep=False)
+    return out
+
+
+def assign_(dst: Tensor, src: Tensor) -> Tensor:
+    """In place: ``dst`` takes the values of ``src`` (same shape, dtype, backend).
+
+    ``dst``'s storage receives a dense copy of ``src``'s buffer, so it works on every backend
+    without a strided-write protocol method; ``dst`` must cover its whole storage."""
+    checks.tensor("assign_", dst)
+    checks.tensor("assign_", src)
+    checks.same_backend("assign_", dst, src)
+    checks.same_shape("assign_", dst, src)
+    checks.same_dtype("assign_", dst, src)
+    if not dst.is_dense or dst.storage.size != dst.size:
+        raise ShapeError("[assign_] destination must be a dense tensor owning its whole storage")
+    fresh = copy_strided(src)
+    # Swap, not overwrite: ``fresh``'s storage then releases dst's old buffer when it dies,
+    # so a backend's release hook (byte count, buffer pool) never frees the live one.
+    dst.storage.buffer, fresh.storage.buffer = fresh.storage.buffer, dst.storage.buffer
+    dst.bump_version()
+    return dst
+
+
+def _contract(unit: OpUnit, backend: Any, what: str) -> BackendContractError:
+    return BackendContractError(
+        f"[{unit.name}] backend {backend.name}:{backend.device_index} broke the result "
+        f"contract: {what}"
+    )
+
+
+def _check_new(unit: OpUnit, backend: Any, out: Any, want: Out) -> None:
+    if type(out) is not Tensor or out.backend is not backend:
+        raise _contract(unit, backend, f"returned {type(out).__name__}, not a Tensor of it")
+    if out.dtype != want.dtype or out.shape != want.shape or not out.is_dense:
+        raise _contract(
+            unit,
+            backend,
+            f"returned a {out.dtype.name} tensor of shape {out.shape} (dense: {out.is_dense}); "
+            f"expected a dense {want.dtype.name} tensor of shape {want.shape}",
+        )
+
+
+# -- conformance samples --------------------------------------------------------------------------
+_VIEW_EDGES = edges(
+    *({"label": lay, "shape": (5, 33), "layout": lay} for lay in LAYOUTS),
+    {"label": "0-d", "shape": ()},
+    {"label": "empty", "shape": (3, 0)},
+    {"label": "size-1 axes", "shape": (1, 1, 1)},
+    {"label": "permuted rank 4", "shape": (2, 3, 4, 5), "layout": "permuted"},
+    {"label": "offset rank 3", "shape": (2, 3, 7), "layout": "offset"},
+)
+
+
+def _draw_view(d: Draw) -> Params:
+    return {"shape": d.shape(1, 4), "layout": d.choice(LAYOUTS)}
+
+
+def _build_view(p: Params, ctx: Ctx) -> Example:
+    return Example(label(p), [Arr(normal(rng_of(p), p["shape"]), layout=p["layout"])], params=p)
+
+
+def _build_fill(p: Params, ctx: Ctx) -> Example:
+    x = Arr(normal(rng_of(p), p["shape"]))
+    return Example(f"{label(p)}, value {p['value']!r}", [x, p["value"]], params=p)
+
+
+def _call_fill(fn: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
+    x, value = args
+    fill_(x, value)
+    return x
+
+
+def _draw_fill(d: Draw) -> Params:
+    return {"shape": d.shape(1, 3), "value": d.choice((0.0, -0.0, 1.5, -3.25e8, 7.0))}
+
+
+_FILL_EDGES = edges(
+    *({"label": "special", "shape": (3, 5), "value": v} for v in (np.nan, np.inf, -np.inf, -0.0)),
+    {"label": "empty", "shape": (0,), "value": 1.0},
+)
+_VIEWS = Samples(_build_view, _VIEW_EDGES, _draw_view)
+
+
+def _copy_cost(args: list[Any]) -> tuple[int, int]:
+    return (2 * args[0].nbytes, 0)
+
+
+def _fill_cost(args: list[Any]) -> tuple[int, int]:
+    return (args[0].nbytes, 0)
+
+
+ALLOCATE = OpUnit(
+    "allocate", "memory", "memory", MemoryMethods.allocate, function=allocate,
+    tolerance=EXACT_TOLERANCES, nan="-",
+    errors=(
+        error("allocate_negative_dim", "allocate",
+              lambda t: allocate(t.backend, (2, -1), t.float_dtype)),
+        error("allocate_unsupported_dtype", "allocate",
+              lambda t: allocate(t.backend, (2,), t.unsupported_dtype()), "unsupported"),
+    ),
+)  # fmt: skip
+FROM_NUMPY = OpUnit(
+    "from_numpy", "memory", "memory", MemoryMethods.from_numpy, function=upload,
+    tolerance=EXACT_TOLERANCES, nan="exact copy (NaN, +-inf, -0.0 preserved)",
+    errors=(
+        error("from_numpy_unsupported_dtype", "from_numpy",
+              lambda t: upload(t.backend, np.zeros(2, t.unsupported_dtype())), "unsupported"),
+        error("from_numpy_bool", "from_numpy", lambda t: upload(t.backend, np.zeros(2, bool))),
+    ),
+)  # fmt: skip
+TO_NUMPY = OpUnit(
+    "to_numpy", "memory", "memory", MemoryMethods.to_numpy, function=download,
+    tolerance=EXACT_TOLERANCES, nan="exact copy (NaN, +-inf, -0.0 preserved)", samples=_VIEWS,
+)  # fmt: skip
+COPY_STRIDED = OpUnit(
+    "copy_strided", "memory", "memory", MemoryMethods.copy_strided, function=copy_strided,
+    tolerance=EXACT_TOLERANCES, nan="exact copy (NaN, +-inf, -0.0 preserved)", samples=_VIEWS,
+    cost=_copy_cost,
+)  # fmt: skip
+FILL = OpUnit(
+    "fill", "memory", "memory", MemoryMethods.fill, function=fill_, outputs=("x",),
+    in_place=True, tolerance=EXACT_TOLERANCES, nan="writes NaN, +-inf and -0.0 exactly",
+    samples=Samples(_build_fill, _FILL_EDGES, _draw_fill, call=_call_fill), cost=_fill_cost,
+    errors=(error("fill_view", "fill_", lambda t: fill_(t.f(4, 6).transpose(), 1.0)),),
+)  # fmt: skip
+SYNCHRONIZE = OpUnit(
+    "synchronize", "memory", "memory", MemoryMethods.synchronize, outputs=(), nan="-"
+)
+MEMORY_STATS = OpUnit(
+    "memory_stats", "memory", "memory", MemoryMethods.memory_stats, outputs=(), nan="-"
+)
+
+register(ALLOCATE, FROM_NUMPY, TO_NUMPY, COPY_STRIDED, FILL, SYNCHRONIZE, MEMORY_STATS)

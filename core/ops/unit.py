@@ -1,0 +1,166 @@
+"""OpUnit: everything riftco knows about one backend operation, in one record.
+
+Each op module under ``riftco.ops`` (``primitive/`` for the required protocol methods,
+``fused/`` for the optional ones) declares its units next to the public function that
+validates and dispatches, the composite fallback, the VJP and the conformance samples.
+Dispatch, autograd, the conformance suite, ``riftco backends`` and the op table in
+docs/BACKENDS.md all read this one registry, so an op's facts cannot drift apart (the idea
+of PyTorch's OpInfo and of a JAX primitive's registered rules).
+
+The registry is filled by importing the op modules (``riftco.ops`` imports every module
+of its ``primitive`` and ``fused`` packages); :func:`register` adds a unit at runtime, for
+an op that lives outside riftco.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from ..tensor import Tensor
+    from .samples import ErrorSample, Example, Samples
+
+Kind = Literal["memory", "primitive", "fused"]
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """``|got - expected| <= atol * scale + rtol * |expected|``, element by element."""
+
+    atol: float
+    rtol: float
+
+    def __str__(self) -> str:
+        return f"atol={self.atol:.0e} rtol={self.rtol:.0e}"
+
+    def as_dict(self) -> dict[str, float]:
+        return {"atol": self.atol, "rtol": self.rtol}
+
+
+EXACT = Tolerance(0.0, 0.0)
+#: Correctly rounded float32 results (add, mul, neg, ...) are within 0.5 ulp.
+F32 = Tolerance(1e-6, 2e-6)
+#: A float64 backend other than the reference may fuse or reorder; allow a few ulps.
+F64 = Tolerance(1e-12, 1e-12)
+
+
+@dataclass(frozen=True)
+class Tolerances:
+    """Per-dtype tolerances of one op against the cpu float64 reference.
+
+    ``scale(example)`` is the magnitude an accumulating op's rounding error grows with
+    (``n * rms`` of the terms summed): ``atol`` is per unit of it. ``exact`` ops (masks,
+    copies, indices) must match bit for bit in value."""
+
+    float32: Tolerance = F32
+    float64: Tolerance = F64
+    exact: bool = False
+    scale: Callable[[Example], float] | None = None
+    why: str = ""
+
+    def for_dtype(self, dtype: np.dtype | str) -> Tolerance:
+        name = np.dtype(dtype).name
+        if self.exact or name not in ("float32", "float64"):
+            return EXACT
+        return self.float32 if name == "float32" else self.float64
+
+
+EXACT_TOLERANCES = Tolerances(exact=True, why="exact by definition")
+
+#: ``(bytes moved, floating-point operations)`` of one call, for throughput reports.
+Cost = tuple[int, int]
+
+
+@dataclass(frozen=True, eq=False)
+class OpUnit:
+    """One backend method: its contract, its fallback, its derivative and its test samples.
+
+    * ``method``: the typed protocol method (its docstring is the op's specification:
+      shapes, output dtype, NaN/Inf behaviour, determinism, in place or not).
+    * ``composite``: the op built from primitives only (fused ops), used when a backend
+      does not define the method; ``None`` for required methods.
+    * ``vjp(g, args, outputs, needs)``: gradients for the positions in ``differentiable``
+      (``None`` where ``needs`` is false), computed with raw ops only.
+    * ``samples`` / ``errors``: what conformance runs (ordinary, edge, nasty magnitudes)
+      and the malformed inputs that must raise before any backend call; ``domain``: bad
+      values (ids out of range) that must raise ``DomainError``, on a device possibly at
+      the next sync point.
+    * ``cost(args)``: bytes and flops of one call, for the throughput column.
+    """
+
+    name: str
+    kind: Kind
+    family: str
+    method: Callable[..., Any]
+    #: the public function conformance calls (``riftco.ops.<name>`` when ``None``)
+    function: Callable[..., Any] | None = None
+    outputs: tuple[str, ...] = ("out",)
+    in_place: bool = False
+    deterministic: bool = False
+    nan: str = "propagates NaN (IEEE)"
+    composite: Callable[..., Any] | None = None
+    vjp: Callable[..., tuple[Tensor | None, ...]] | None = None
+    differentiable: tuple[int, ...] = ()
+    tolerance: Tolerances = field(default_factory=Tolerances)
+    samples: Samples | None = None
+    errors: tuple[ErrorSample, ...] = ()
+    #: values outside the op's domain: a DomainError at the call or at the next sync point
+    domain: tuple[ErrorSample, ...] = ()
+    cost: Callable[[list[Any]], Cost] | None = None
+
+    @property
+    def fused(self) -> bool:
+        return self.kind == "fused"
+
+    @property
+    def summary(self) -> str:
+        """The first line of the protocol method's docstring."""
+        doc = (self.method.__doc__ or "").strip()
+        return doc.splitlines()[0] if doc else ""
+
+    def is_native(self, backend: Any) -> bool:
+        """True when ``backend``'s class defines this method (always for required ones)."""
+        return callable(getattr(type(backend), self.name, None))
+
+    def __repr__(self) -> str:
+        return f"OpUnit({self.name!r}, {self.kind}, family={self.family!r})"
+
+
+_UNITS: dict[str, OpUnit] = {}
+
+
+def register(*units: OpUnit) -> None:
+    """Add units to the registry (op modules call this at import). Names are unique."""
+    for unit in units:
+        other = _UNITS.get(unit.name)
+        if other is not None and other is not unit:
+            raise ValueError(
+                f"[ops] two op units are named {unit.name!r} ({other.family}, {unit.family})"
+            )
+        _UNITS[unit.name] = unit
+
+
+def unit(name: str) -> OpUnit:
+    """The unit called ``name``; a clear error naming the known ones otherwise."""
+    try:
+        return _UNITS[name]
+    except KeyError:
+        raise KeyError(f"[ops] no op unit named {name!r}; known: {', '.join(_UNITS)}") from None
+
+
+def units(kind: Kind | None = None) -> list[OpUnit]:
+    """Every registered unit in registration (protocol) order, optionally of one kind."""
+    return [u for u in _UNITS.values() if kind is None or u.kind == kind]
+
+
+def fused_names() -> tuple[str, ...]:
+    return tuple(u.name for u in _UNITS.values() if u.kind == "fused")
+
+
+def required_names() -> tuple[str, ...]:
+    return tuple(u.name for u in _UNITS.values() if u.kind != "fused")
+
