@@ -23,7 +23,7 @@ for the tensors their replay will read again.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -32,8 +32,7 @@ from ..errors import DeviceMismatchError, DTypeError, GradientError, ShapeError,
 from ..tensor import Tensor
 from . import domain
 
-Rule = Callable[[Tensor], "tuple[Tensor | None, ...] | list[Tensor | None]"]
-Precheck = Callable[["Variable"], None]
+Rule = Callable[[Tensor], Sequence["Tensor | None"]]
 
 _seq = itertools.count(1)  # creation stamps: checkpoint() tells its own nodes from outer ones
 
@@ -272,7 +271,7 @@ def make(value: Tensor, op: str, parents: tuple[Variable, ...], rule: Rule) -> V
 
 
 def _zeros(like: Tensor) -> Tensor:
-    out = like.backend.allocate(like.shape, like.dtype)
+    out: Tensor = like.backend.allocate(like.shape, like.dtype)
     like.backend.fill(out, 0.0)
     return out
 
@@ -285,7 +284,7 @@ def _check_seed(root: Variable, seed: Tensor | None) -> Tensor:
                 f"[backward] output has shape {v.shape}; a non-scalar output needs an explicit "
                 f"seed Tensor of shape {v.shape} on {v.device}"
             )
-        out = v.backend.allocate(v.shape, v.dtype)
+        out: Tensor = v.backend.allocate(v.shape, v.dtype)
         v.backend.fill(out, 1.0)
         return out
     if isinstance(seed, Variable):

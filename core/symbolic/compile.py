@@ -108,9 +108,9 @@ def _scale(node: Node, args: list[Value]) -> Value:
 
 
 def _pow(node: Node, args: list[Value]) -> Value:
-    (x,), p = args, node.payload
+    (x,), p = args, node.number
     if isinstance(x, float):
-        if x < 0 and not float(p).is_integer():
+        if x < 0 and not p.is_integer():
             raise DomainError(f"[pow] {x} ** {p} is not real")
         if x == 0 and p < 0:
             raise DomainError(f"[pow] 0 ** {p} is undefined")
@@ -149,9 +149,9 @@ def _mean(node: Node, args: list[Value]) -> Value:
 
 
 def _lp_norm(node: Node, args: list[Value]) -> Value:
-    (x,), child, p = args, node.children[0], node.payload
+    (x,), child, p = args, node.children[0], node.number
     if isinstance(x, float):
-        return abs(x) * child.size ** (1.0 / p)
+        return float(abs(x) * child.size ** (1.0 / p))
     axes = _per_sample_axes(x, len(child.shape))
     if not axes:
         return ops.abs(x)
@@ -171,12 +171,13 @@ def _lp_norm_der(node: Node, args: list[Value]) -> Value:
     ``r`` is 0), and ``|r|`` is floored at the dtype's smallest normal number so the
     negative power of p < 2 stays finite where it multiplies ``r == 0``."""
     x, norm = args
-    p = node.payload
+    p = node.number
     if isinstance(x, float):  # a constant vector: its norm is a float too
+        assert isinstance(norm, float)
         if x == 0 or norm == 0:
             return 0.0
-        r_c = x / float(norm)
-        return r_c * abs(r_c) ** (p - 2)
+        r_c = x / norm
+        return float(r_c * abs(r_c) ** (p - 2))
     if isinstance(norm, float):
         r = ops.mul_scalar(x, 1.0 / norm if norm != 0 else 1.0)
     else:
@@ -334,7 +335,7 @@ class Program:
         evals = self._evals
         for i, (node, kernel, kids) in enumerate(self._steps):
             if kernel is None:
-                values[i] = bound[id(node)] if node.kind is NodeType.VAR else node.payload
+                values[i] = bound[id(node)] if node.kind is NodeType.VAR else node.number
             else:
                 values[i] = kernel(node, [values[j] for j in kids])
             evals[i] += 1

@@ -20,6 +20,8 @@ as kept with an all-zero one-hot; no kernel ever indexes with a target.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 
 from .. import tensor_ops as ops
@@ -100,7 +102,7 @@ class CompiledObjective:
         self.gradient_program = Program(self.gradient)
         self.program = Program(loss, self.gradient)  # one pass: shared nodes run once
 
-    def evaluate(self, bindings: dict, out: Tensor | None = None) -> Tensor:
+    def evaluate(self, bindings: Mapping[Node | str, Tensor], out: Tensor | None = None) -> Tensor:
         """The gradient for ``bindings`` (per sample), written into ``out`` if given."""
         return self.gradient_program.evaluate(bindings, out)[0]
 
