@@ -388,8 +388,8 @@ def vjp(
     Returns the gradients of the leaves, the ``stop`` nodes and retained nodes, plus the
     traversal order. Re-entrant: checkpoint replays call it from inside a rule."""
     order = topo_order(root, stop)
+    check_versions(order)  # first: it names a written parameter, which the root may view
     check_root(root)
-    check_versions(order)
     domain.flush()
     grads: dict[Variable, Tensor] = {root: seed}
     for node in reversed(order):
