@@ -5,6 +5,7 @@ and signals and divergence seen from the shell (exit codes)."""
 from __future__ import annotations
 
 import io
+import json
 import os
 import signal
 import subprocess
@@ -82,6 +83,9 @@ def test_help_names_the_registered_backends(registry, capsys):
         main(["train", "--help"])
     assert exit_.value.code == 0
     assert "zz_thirdparty" in " ".join(capsys.readouterr().out.split())
+    assert main(["backends", "--json"]) == 0  # the help names what `riftco backends` lists
+    listed = sorted(row["name"] for row in json.loads(capsys.readouterr().out)["backends"])
+    assert listed == names
 
 
 @pytest.mark.parametrize(
