@@ -53,7 +53,7 @@ class _Help(argparse.ArgumentDefaultsHelpFormatter):
     def _get_help_string(self, action: argparse.Action) -> str:
         if action.default is None or isinstance(action.default, bool):
             return action.help or ""
-        return super()._get_help_string(action)
+        return super()._get_help_string(action) or ""
 
 
 def _backend_help() -> str:

@@ -111,7 +111,7 @@ def make_progress(
 ) -> Progress:
     """``mode``: a :data:`MODES` name, True (``auto``), False (``none``) or a Progress."""
     if hasattr(mode, "update") and hasattr(mode, "close"):
-        return mode  # type: ignore[no-any-return]
+        return mode
     name = ("auto" if mode else "none") if isinstance(mode, bool) else mode
     if name not in MODES:
         raise ValueError(f"[train] progress must be one of {MODES} or a bool; got {mode!r}")
