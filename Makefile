@@ -8,10 +8,12 @@ STAMP  := $(VENV)/.installed
 
 install: $(STAMP)
 
+# setuptools notes on every editable install of a package-dir layout ("Editable installation.
+# Please be careful with folders ... same name"); recent pip prints it as a warning.
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[test,plot]"
+	PYTHONWARNINGS="ignore:Editable installation" $(BIN)/python -m pip install --quiet -e ".[test,plot]"
 	touch $(STAMP)
 
 test: $(STAMP)

@@ -18,12 +18,16 @@ def _backends(argv: Sequence[str]) -> int:
     )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     args = parser.parse_args(argv)
+    from .errors import RiftcoError
     from .plugins import get_registry
 
-    registry = get_registry()
-    rows = [
-        e.as_dict() for e in sorted(registry.entries.values(), key=lambda e: (-e.priority, e.name))
-    ]
+    try:  # strict mode (RIFTCO_STRICT_PLUGINS=1) turns a broken plugin into an error here
+        registry = get_registry()
+        entries = sorted(registry.entries.values(), key=lambda e: (-e.priority, e.name))
+        rows = [e.as_dict() for e in entries]
+    except RiftcoError as exc:
+        print(f"riftco backends: error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
     if args.json:
         print(json.dumps({"backends": rows, "failed_plugins": registry.failed_plugins}, indent=2))
         return 0
@@ -50,6 +54,10 @@ def _backends(argv: Sequence[str]) -> int:
             )
             print(f"  fused native: {', '.join(native) or '-'}")
             print(f"  fused composite: {', '.join(composite) or '-'}")
+    for plugin, reason in registry.failed_plugins.items():
+        shown = plugin in registry.entries and registry.entries[plugin].cls is None
+        if not shown:  # e.g. it lost a name clash: its name belongs to another backend
+            print(f"plugin {plugin}  [failed: {reason}]")
     return 0
 
 

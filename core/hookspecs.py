@@ -18,7 +18,12 @@ implements some of these hooks with ``@riftco.hookimpl``. For example::
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pluggy
+
+if TYPE_CHECKING:
+    from .backend import Backend
 
 PROJECT = "riftco"
 hookspec = pluggy.HookspecMarker(PROJECT)
@@ -26,13 +31,14 @@ hookimpl = pluggy.HookimplMarker(PROJECT)
 
 
 @hookspec
-def riftco_backends() -> list[type]:
-    """Return the backend classes this plugin provides.
+def riftco_backends() -> list[type[Backend]]:
+    """Return the backend classes this plugin provides (a list; ``[]`` for none).
 
     Each class implements :class:`riftco.Backend` (usually by subclassing
-    :class:`riftco.BackendBase`) and declares ``name``, ``priority`` and
-    ``protocol_version``. Keep this hook cheap and free of device probing: probing happens
-    in the class's ``is_available()`` so a broken driver only marks the backend
-    unavailable instead of breaking ``import riftco``.
+    :class:`riftco.BackendBase`; the protocol is structural, so any class with its members
+    will do) and declares ``name``, ``priority`` and ``protocol_version``. Keep this hook
+    cheap and free of device probing: it runs for every plugin when riftco loads them,
+    while ``is_available()`` and ``devices()`` run only for the backend asked for, and
+    under a time limit, so a broken driver marks only its backend unavailable.
     """
     raise NotImplementedError

@@ -20,8 +20,8 @@
 
 /* Stage rows r0 .. r0 + n - 1 of two [Tn, D] matrices at base into threadgroup tiles
  * (rows past Tn read as 0); the group's threads split the n * D elements. */
-INLINE void fa_stage2(LOCAL T* ta, LOCAL T* tb, GLOBAL const T* a, GLOBAL const T* b, long base,
-                      int r0, int n, int D, int Tn, int lid, int gsize) {
+INLINE void fa_stage2(LOCAL_PTR T* ta, LOCAL_PTR T* tb, GLOBAL const T* a, GLOBAL const T* b,
+                      long base, int r0, int n, int D, int Tn, int lid, int gsize) {
     for (int e = lid; e < n * D; e += gsize) {
         int r = e / D;
         int i = r0 + r;
@@ -41,7 +41,7 @@ INLINE void fa_zero(GLOBAL T* x, long base, int r0, int n, int D, int Tn, int li
 }
 
 /* Dot product of two D-long rows of threadgroup tiles. */
-INLINE T fa_dot(LOCAL const T* x, LOCAL const T* y, int D) {
+INLINE T fa_dot(LOCAL_PTR const T* x, LOCAL_PTR const T* y, int D) {
     T acc = (T)0.0;
     for (int d = 0; d < D; d++) {
         acc += x[d] * y[d];

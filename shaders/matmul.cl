@@ -173,3 +173,140 @@ KERNEL void matmul_small(GLOBAL T* c ARG(0), GLOBAL const T* a ARG(1), GLOBAL co
     }
 }
 
+
+/* matmul_wide: the GPU kernel for large products (the host picks it on runtimes that ask
+ * for it, CUDA: many multiprocessors, registers to spare). A group computes 128x128 tiles
+ * of C; each of its 256 slots owns an 8x8 register block split into four 4x4 quarters
+ * (rows ty*4 + i and 64 + ty*4 + i, columns tx*4 + j and 64 + tx*4 + j, ty = slot / 16,
+ * tx = slot % 16), so a warp's threadgroup reads are 16-byte runs that do not collide.
+ * K advances MW_TK at a time through two threadgroup buffers: the next slice is fetched
+ * into registers before the current one is multiplied and stored after it, so the global
+ * loads are in flight during the arithmetic, with one barrier per slice. Rows of the
+ * staged slices are padded by 4 elements, so the transposed-operand stores (consecutive
+ * threads walking k) land in different banks.
+ * Any group size works: slots are covered in ceil(256 / G) passes, and a group smaller
+ * than 256 stages the elements past its MW_LOADS registers directly. 256 is the fast case.
+ * Shared memory: 2 x 2 x MW_TK x 132 elements (16.5 KiB in float, 33 KiB in double). */
+#define MW_TM 128
+#define MW_TN 128
+#define MW_TK 8
+#define MW_LD (MW_TM + 4)
+#define MW_SLOTS 256
+#define MW_LOADS 4
+#define MW_ELEMS (MW_TK * MW_TM)
+
+/* Element e of the A slice (MW_TM x MW_TK) at k0: walk k fastest when A is contiguous in k. */
+#define MW_A_COORD(e, mm, kk)                                                        \
+    if (sak == 1) { kk = (e) % MW_TK; mm = (e) / MW_TK; }                            \
+    else { kk = (e) / MW_TM; mm = (e) % MW_TM; }
+#define MW_B_COORD(e, kk, nn)                                                        \
+    if (sbn == 1) { kk = (e) / MW_TN; nn = (e) % MW_TN; }                            \
+    else { kk = (e) % MW_TK; nn = (e) / MW_TK; }
+
+KERNEL void matmul_wide(GLOBAL T* c ARG(0), GLOBAL const T* a ARG(1), GLOBAL const T* b ARG(2),
+                        GLOBAL const int* P ARG(3) THREAD_ARGS) {
+    LOCAL T As[2 * MW_TK * MW_LD]; /* As[buf][k][m] */
+    LOCAL T Bs[2 * MW_TK * MW_LD]; /* Bs[buf][k][n] */
+    const int M = P[0], N = P[1], K = P[2], batch = P[3];
+    const int sab = P[4], sam = P[5], sak = P[6], sbb = P[7], sbk = P[8], sbn = P[9];
+    const int lid = LID;
+    const int gsize = GROUP_SIZE;
+    const int tiles_m = (M + MW_TM - 1) / MW_TM;
+    const int tiles_n = (N + MW_TN - 1) / MW_TN;
+    const int ntiles = batch * tiles_m * tiles_n;
+    const int steps = (K + MW_TK - 1) / MW_TK;
+    for (int tile = GROUP_ID; tile < ntiles; tile += NUM_GROUPS) {
+        const int bi = tile / (tiles_m * tiles_n);
+        const int rem = tile - bi * tiles_m * tiles_n;
+        const int m0 = (rem / tiles_n) * MW_TM;
+        const int n0 = (rem % tiles_n) * MW_TN;
+        GLOBAL const T* ab = a + (long)bi * sab;
+        GLOBAL const T* bb = b + (long)bi * sbb;
+        for (int pass = 0; pass * gsize < MW_SLOTS; ++pass) {
+            const int slot = pass * gsize + lid;
+            const bool active = slot < MW_SLOTS;
+            const int ty = (active ? slot : 0) / 16;
+            const int tx = (active ? slot : 0) % 16;
+            T acc[8][8];
+            UNROLL for (int i = 0; i < 8; ++i) {
+                UNROLL for (int j = 0; j < 8; ++j) acc[i][j] = (T)0;
+            }
+            T ra[MW_LOADS];
+            T rb[MW_LOADS];
+            /* Registers <- slice `step` (the first MW_LOADS * gsize elements of each). */
+            for (int step = -1; step < steps; ++step) {
+                const int next = step + 1;
+                if (next < steps) {
+                    const int k0 = next * MW_TK;
+                    UNROLL for (int r = 0; r < MW_LOADS; ++r) {
+                        const int e = lid + r * gsize;
+                        int mm, kk, nn, kb;
+                        MW_A_COORD(e, mm, kk)
+                        MW_B_COORD(e, kb, nn)
+                        const int gm = m0 + mm, gk = k0 + kk, gkb = k0 + kb, gn = n0 + nn;
+                        ra[r] = (e < MW_ELEMS && gm < M && gk < K)
+                                    ? ab[(long)gm * sam + (long)gk * sak] : (T)0;
+                        rb[r] = (e < MW_ELEMS && gkb < K && gn < N)
+                                    ? bb[(long)gkb * sbk + (long)gn * sbn] : (T)0;
+                    }
+                }
+                if (step >= 0 && active) {
+                    const int cur = (step & 1) * MW_TK * MW_LD;
+                    for (int kk = 0; kk < MW_TK; ++kk) {
+                        T av[8];
+                        T bv[8];
+                        const int ra0 = cur + kk * MW_LD + ty * 4;
+                        const int rb0 = cur + kk * MW_LD + tx * 4;
+                        UNROLL for (int i = 0; i < 4; ++i) {
+                            av[i] = As[ra0 + i];
+                            av[4 + i] = As[ra0 + 64 + i];
+                            bv[i] = Bs[rb0 + i];
+                            bv[4 + i] = Bs[rb0 + 64 + i];
+                        }
+                        UNROLL for (int i = 0; i < 8; ++i) {
+                            UNROLL for (int j = 0; j < 8; ++j) acc[i][j] += av[i] * bv[j];
+                        }
+                    }
+                }
+                if (next < steps) {
+                    const int nb = (next & 1) * MW_TK * MW_LD;
+                    UNROLL for (int r = 0; r < MW_LOADS; ++r) {
+                        const int e = lid + r * gsize;
+                        if (e < MW_ELEMS) {
+                            int mm, kk, nn, kb;
+                            MW_A_COORD(e, mm, kk)
+                            MW_B_COORD(e, kb, nn)
+                            As[nb + kk * MW_LD + mm] = ra[r];
+                            Bs[nb + kb * MW_LD + nn] = rb[r];
+                        }
+                    }
+                    /* Small groups: the rest of the slice straight from global memory. */
+                    const int k0 = next * MW_TK;
+                    for (int e = lid + MW_LOADS * gsize; e < MW_ELEMS; e += gsize) {
+                        int mm, kk, nn, kb;
+                        MW_A_COORD(e, mm, kk)
+                        MW_B_COORD(e, kb, nn)
+                        const int gm = m0 + mm, gk = k0 + kk, gkb = k0 + kb, gn = n0 + nn;
+                        As[nb + kk * MW_LD + mm] =
+                            (gm < M && gk < K) ? ab[(long)gm * sam + (long)gk * sak] : (T)0;
+                        Bs[nb + kb * MW_LD + nn] =
+                            (gkb < K && gn < N) ? bb[(long)gkb * sbk + (long)gn * sbn] : (T)0;
+                    }
+                }
+                BARRIER();
+            }
+            if (active) {
+                GLOBAL T* cb = c + (long)bi * M * N;
+                UNROLL for (int i = 0; i < 8; ++i) {
+                    const int gm = m0 + (i < 4 ? ty * 4 + i : 64 + ty * 4 + i - 4);
+                    if (gm < M) {
+                        UNROLL for (int j = 0; j < 8; ++j) {
+                            const int gn = n0 + (j < 4 ? tx * 4 + j : 64 + tx * 4 + j - 4);
+                            if (gn < N) cb[(long)gm * N + gn] = acc[i][j];
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

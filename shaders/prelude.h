@@ -1,4 +1,4 @@
-/* riftco kernel prelude: the one place where Metal Shading Language and OpenCL C differ.
+/* riftco kernel prelude: the one place where Metal Shading Language, OpenCL C and CUDA differ.
  *
  * Every kernel body in shaders/ is written once against these macros. The prelude picks
  * its branch from the compilers' predefined macros, so each runtime (and the MSL syntax
@@ -22,7 +22,9 @@
  *   }
  * Parameters travel in small buffers (metalcompute has no scalar arguments): integer
  * parameters in an int buffer conventionally named P, float parameters in a T buffer F.
- * Threadgroup arrays are declared at the top of the kernel body with LOCAL.
+ * Threadgroup arrays are declared at the top of the kernel body with LOCAL; a helper that
+ * takes a pointer to one declares the parameter LOCAL_PTR (CUDA's __shared__ cannot
+ * qualify a parameter, so LOCAL_PTR is empty there and LOCAL is not).
  * The group size is whatever the runtime picked (Metal: a multiple of 32 up to 1024, not
  * always a power of two): never assume it, never return before a BARRIER() the group
  * still needs, bounds-check every access.
@@ -36,6 +38,7 @@ using namespace metal;
 #define KERNEL kernel
 #define GLOBAL device
 #define LOCAL threadgroup
+#define LOCAL_PTR threadgroup
 #define ARG(n) [[buffer(n)]]
 #define THREAD_ARGS , uint _gid [[thread_position_in_grid]], \
     uint _lid [[thread_position_in_threadgroup]], \
@@ -60,6 +63,7 @@ using namespace metal;
 #define KERNEL __kernel
 #define GLOBAL __global
 #define LOCAL __local
+#define LOCAL_PTR __local
 #define ARG(n)
 #define THREAD_ARGS
 #define GID ((int)get_global_id(0))
@@ -73,8 +77,41 @@ using namespace metal;
 #define RSQRT(x) rsqrt(x)
 #define INLINE inline
 
+#elif defined(__CUDACC_RTC__) || defined(__CUDACC__)
+/* CUDA C++ through NVRTC (backends/cuda). Kernels take only pointers (parameters travel
+ * in buffers, as on Metal), so the host passes an array of device pointers. Shared memory
+ * cannot qualify a parameter: helpers take LOCAL_PTR pointers, which are generic here. */
+typedef unsigned int uint;
+typedef unsigned long ulong;
+typedef unsigned short ushort;
+typedef unsigned char uchar;
+#ifndef INFINITY
+#define INFINITY __int_as_float(0x7f800000)
+#endif
+#define KERNEL extern "C" __global__
+#define GLOBAL
+#define LOCAL __shared__
+#define LOCAL_PTR
+#define ARG(n)
+#define THREAD_ARGS
+#define GID ((int)(blockIdx.x * blockDim.x + threadIdx.x))
+#define LID ((int)threadIdx.x)
+#define GROUP_ID ((int)blockIdx.x)
+#define GROUP_SIZE ((int)blockDim.x)
+#define NUM_GROUPS ((int)gridDim.x)
+#define GLOBAL_SIZE ((int)(blockDim.x * gridDim.x))
+#define BARRIER() __syncthreads()
+#define INFINITY_T INFINITY
+#define RSQRT(x) rsqrt(x)
+#define INLINE __device__ inline
+/* OpenCL's clamp: fmin(fmax(x, lo), hi) (a NaN x gives lo, as in OpenCL and Metal). */
+INLINE float clamp(float x, float lo, float hi) { return fminf(fmaxf(x, lo), hi); }
+INLINE double clamp(double x, double lo, double hi) { return fmin(fmax(x, lo), hi); }
+INLINE int clamp(int x, int lo, int hi) { return min(max(x, lo), hi); }
+INLINE long clamp(long x, long lo, long hi) { return min(max(x, lo), hi); }
+
 #else
-#error "riftco prelude: neither __METAL_VERSION__ nor __OPENCL_VERSION__ is defined"
+#error "riftco prelude: none of __METAL_VERSION__, __OPENCL_VERSION__, __CUDACC_RTC__ is defined"
 #endif
 
 /* Ask the compiler to unroll the next loop fully (constant trip count): lets per-thread

@@ -21,7 +21,7 @@ INLINE T riftco_max(T a, T b) { return (a > b || a != a) ? a : b; }
 /* Tree reduction over a threadgroup of any size; every thread gets the result.
  * All threads of the group must call it (it holds barriers). */
 #define RIFTCO_GROUP_REDUCE(fname, combine)                                            \
-    INLINE T fname(LOCAL T* buf, T v, int lid, int gsize) {                            \
+    INLINE T fname(LOCAL_PTR T* buf, T v, int lid, int gsize) {                          \
         buf[lid] = v;                                                                  \
         BARRIER();                                                                     \
         int p = 1;                                                                     \

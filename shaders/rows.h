@@ -58,7 +58,7 @@ INLINE int rt_pow2_at_least(int n) {
 }
 
 /* Sum of v over the caller's team; every thread of the team gets it. */
-INLINE T rt_team_sum(LOCAL T* buf, T v, RowTeam rt) {
+INLINE T rt_team_sum(LOCAL_PTR T* buf, T v, RowTeam rt) {
     int lid = rt.lid;
     buf[lid] = v;
     BARRIER();
@@ -74,7 +74,7 @@ INLINE T rt_team_sum(LOCAL T* buf, T v, RowTeam rt) {
 }
 
 /* Max of v over the caller's team; every thread of the team gets it. */
-INLINE T rt_team_max(LOCAL T* buf, T v, RowTeam rt) {
+INLINE T rt_team_max(LOCAL_PTR T* buf, T v, RowTeam rt) {
     int lid = rt.lid;
     buf[lid] = v;
     BARRIER();
@@ -96,7 +96,7 @@ INLINE T rt_rescale(T m_from, T m_to) {
 
 /* Merge (max, sum of exp(x - max)) pairs over the team; the result is left in
  * mb[lid - tl], sb[lid - tl]. The caller reads it, then issues BARRIER(). */
-INLINE void rt_team_merge(LOCAL T* mb, LOCAL T* sb, T m, T s, RowTeam rt) {
+INLINE void rt_team_merge(LOCAL_PTR T* mb, LOCAL_PTR T* sb, T m, T s, RowTeam rt) {
     int lid = rt.lid;
     mb[lid] = m;
     sb[lid] = s;

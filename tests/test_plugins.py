@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
-import textwrap
-import types
-from pathlib import Path
 
 import pytest
 import riftco
 from helpers import plugin_for
+from plugin_fakes import FakeEntryPoint, install_entry_points, write_dist
 from riftco import plugins
 from riftco.backend import PRIMITIVE_OPS, BackendBase
 from riftco.backends.cpu.backend import CPUBackend
@@ -19,7 +18,7 @@ from riftco.errors import BackendUnavailableError, PluginError
 from riftco.plugins import Registry
 
 #: In-tree GPU plugins: their import may fail on this machine, which strict mode reports first.
-GPU_PLUGINS = "metal,opencl"
+GPU_PLUGINS = "metal,opencl,cuda"
 
 
 class Extra(CPUBackend):
@@ -65,38 +64,12 @@ class DevicesRaise(CPUBackend):
         raise RuntimeError("cannot enumerate devices")
 
 
-class FakeDist:
-    def __init__(self, name: str, version: str) -> None:
-        self.metadata = {"Name": name}
-        self.version = version
-
-
-class FakeEntryPoint:
-    """Quacks like importlib.metadata.EntryPoint; ``load()`` returns or raises ``target``."""
-
-    def __init__(self, name: str, target: object, dist: tuple[str, str] = ("fake-dist", "9.9")):
-        self.name, self.group, self.value = name, "riftco", f"fake_{name}.plugin"
-        self.dist = FakeDist(*dist)
-        self._target = target
-
-    def load(self) -> object:
-        if isinstance(self._target, BaseException):
-            raise self._target
-        return self._target
-
-
 @pytest.fixture
 def entry_points(registry, monkeypatch):
     """Add fake entry points next to the installed ones; return a loader of a new registry."""
-    real = plugins.metadata.entry_points
 
     def install(*fakes: FakeEntryPoint) -> Registry:
-        def fake_entry_points(group: str):
-            return [*real(group=group), *fakes]
-
-        fake = types.SimpleNamespace(entry_points=fake_entry_points)
-        monkeypatch.setattr(plugins, "metadata", fake)
-        return plugins.reset_registry()
+        return install_entry_points(monkeypatch, *fakes)
 
     return install
 
@@ -200,8 +173,10 @@ def test_probe_that_raises_is_listed_unavailable(registry, monkeypatch):
     assert not entry.available and "OSError: driver exploded while probing" in entry.reason
     monkeypatch.setenv("RIFTCO_STRICT_PLUGINS", "1")
     registry.unregister("probe-raises")
-    with pytest.raises(PluginError, match=r"'probe-raises' is_available\(\) raised"):
-        registry.register(plugin_for(ProbeRaises))
+    assert registry.register(plugin_for(ProbeRaises)) == ["probe-raises"]  # probing is lazy
+    with pytest.raises(PluginError, match=r"'probe-raises'.*is_available\(\) raised OSError"):
+        registry.entry("probe-raises").available  # noqa: B018 - strict: the probe's fault raises
+    assert registry.entry("cpu").available  # an honest probe never raises, strict or not
 
 
 def test_devices_that_raise_mark_unavailable(registry):
@@ -213,32 +188,59 @@ def test_devices_that_raise_mark_unavailable(registry):
 
 
 # -- malformed backends ----------------------------------------------------------------------
-def test_duplicate_names_from_entry_points_name_both_distributions(entry_points):
-    class OtherCPU(CPUBackend):
-        name = "dup"
+class OtherCPU(CPUBackend):
+    name = "dup"
 
-    class YetAnother(CPUBackend):
-        name = "dup"
 
-    with pytest.raises(PluginError, match=r"two backends are named 'dup'") as info:
-        entry_points(
-            FakeEntryPoint("first", plugin_for(OtherCPU), ("alpha-dist", "1.0")),
-            FakeEntryPoint("second", plugin_for(YetAnother), ("beta-dist", "2.0")),
-        )
-    message = str(info.value)
+class YetAnother(CPUBackend):
+    name = "dup"
+
+
+def test_duplicate_names_from_entry_points_name_both_distributions(entry_points, monkeypatch):
+    fakes = (
+        FakeEntryPoint("second", plugin_for(YetAnother), ("beta-dist", "2.0")),
+        FakeEntryPoint("first", plugin_for(OtherCPU), ("alpha-dist", "1.0")),
+    )
+    reg = entry_points(*fakes)
+    assert reg.entry("dup").cls is OtherCPU  # load order is by distribution: alpha first
+    loser = reg.entry("second")
+    assert not loser.available and loser.cls is None
+    message = reg.failed_plugins["second"]
+    assert loser.reason == message and "two backends are named 'dup'" in message
     assert "'alpha-dist'" in message and "'beta-dist'" in message
     assert "OtherCPU" in message and "YetAnother" in message
+    assert "RIFTCO_DISABLE_PLUGINS=second" in message
+    assert reg.entry("cpu").available
+    monkeypatch.setenv("RIFTCO_STRICT_PLUGINS", "1")
+    monkeypatch.setenv("RIFTCO_DISABLE_PLUGINS", GPU_PLUGINS)
+    with pytest.raises(PluginError, match=r"plugin 'second'.*two backends are named 'dup'"):
+        entry_points(*fakes)
 
 
-def test_duplicate_runtime_name_is_refused_and_rolled_back(registry):
+def test_duplicate_runtime_name_is_refused_and_rolled_back(registry, monkeypatch):
     class FakeCPU(CPUBackend):
         name = "cpu"
 
-    with pytest.raises(PluginError, match=r"'cpu'.*distribution 'riftco'.*'my-dist'"):
-        registry.register(plugin_for(Extra, FakeCPU), name="mine", distribution=("my-dist", "0"))
+    bad = plugin_for(Extra, FakeCPU)
+    assert registry.register(bad, name="mine", distribution=("my-dist", "0")) == []
     assert "extra" not in registry.entries  # nothing half-registered
     assert registry.entry("cpu").cls is CPUBackend
+    assert re.search(r"'cpu'.*distribution 'riftco'.*'my-dist'", registry.failed_plugins["mine"])
+    assert not registry.pm.has_plugin("mine")
     assert registry.register(plugin_for(Extra), name="mine") == ["extra"]  # name is free again
+    assert "mine" not in registry.failed_plugins and "mine" not in registry.entries
+    monkeypatch.setenv("RIFTCO_STRICT_PLUGINS", "1")
+    with pytest.raises(PluginError, match=r"'cpu'.*distribution 'riftco'.*'my-dist'"):
+        registry.register(plugin_for(FakeCPU), name="mine-2", distribution=("my-dist", "0"))
+
+
+def test_registering_one_plugin_twice_is_a_caller_error(registry):
+    plugin = plugin_for(Extra)
+    registry.register(plugin, name="once")
+    with pytest.raises(PluginError, match="'again' is already registered"):
+        registry.register(plugin, name="again")
+    with pytest.raises(PluginError, match="'once' is already registered"):
+        registry.register(plugin_for(Extra), name="once")
 
 
 def test_protocol_major_mismatch_names_both_versions(registry, monkeypatch):
@@ -263,24 +265,20 @@ def test_missing_primitives_are_listed(registry):
     assert "neg," not in entry.reason
 
 
-def test_backend_without_a_name_is_refused(registry):
+def test_backend_without_a_name_is_refused(registry, monkeypatch):
     class Nameless(CPUBackend):
         name = ""
 
-    with pytest.raises(PluginError, match="has no string 'name'"):
-        registry.register(plugin_for(Nameless), name="nameless")
+    assert registry.register(plugin_for(Nameless), name="nameless") == []
+    entry = registry.entry("nameless")
+    assert not entry.available and "has no string 'name'" in entry.reason
     assert not registry.pm.has_plugin("nameless")
+    monkeypatch.setenv("RIFTCO_STRICT_PLUGINS", "1")
+    with pytest.raises(PluginError, match="plugin 'nameless-2'.*has no string 'name'"):
+        registry.register(plugin_for(Nameless), name="nameless-2")
 
 
 # -- installed entry points, for real ------------------------------------------------------------
-def _write_dist(root: Path, dist: str, module: str, body: str) -> None:
-    info = root / f"{dist}-1.2.3.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 1.2.3\n")
-    (info / "entry_points.txt").write_text(f"[riftco]\n{module} = {module}\n")
-    (root / f"{module}.py").write_text(textwrap.dedent(body))
-
-
 BROKEN_MODULE = """
     raise ImportError("this plugin's native library is missing")
 """
@@ -299,8 +297,8 @@ GOOD_MODULE = """
 
 
 def test_installed_entry_points_load(registry, tmp_path, monkeypatch):
-    _write_dist(tmp_path, "riftco_third_party", "riftco_test_third", GOOD_MODULE)
-    _write_dist(tmp_path, "riftco_broken_party", "riftco_test_broken", BROKEN_MODULE)
+    write_dist(tmp_path, "riftco_third_party", "riftco_test_third", GOOD_MODULE)
+    write_dist(tmp_path, "riftco_broken_party", "riftco_test_broken", BROKEN_MODULE)
     monkeypatch.syspath_prepend(str(tmp_path))
     reg = plugins.reset_registry()
     third = reg.entry("third")
@@ -312,7 +310,7 @@ def test_installed_entry_points_load(registry, tmp_path, monkeypatch):
 
 
 def test_import_riftco_survives_a_broken_plugin(tmp_path):
-    _write_dist(tmp_path, "riftco_broken_party", "riftco_test_broken", BROKEN_MODULE)
+    write_dist(tmp_path, "riftco_broken_party", "riftco_test_broken", BROKEN_MODULE)
     env = {k: v for k, v in os.environ.items() if not k.startswith("RIFTCO_")}
     env["PYTHONPATH"] = str(tmp_path)
     script = (

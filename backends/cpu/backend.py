@@ -1,24 +1,26 @@
 """The numpy CPU backend: the living definition of every riftco operation.
 
-Short, obvious numpy with no cleverness. Buffers are flat numpy arrays; views reach
-kernels as ``as_strided`` arrays, so this backend accepts strided input and never needs
-a copy for a transpose or a broadcast. The conformance suite runs this backend in
-float64 as the reference every other backend is checked against.
+Short, obvious numpy with no cleverness: every method is the textbook formula, so a
+reader checks it against the math, and the conformance suite runs it in float64 as the
+reference every other backend is checked against. Speed is the ``native`` backend's job.
+Buffers are flat numpy arrays; views reach kernels as ``as_strided`` arrays, so this
+backend accepts strided input and never needs a copy for a transpose or a broadcast.
 """
 
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 from riftco.backend import BackendBase, DeviceInfo
-from riftco.tensor import Storage, Tensor, dense_strides
+from riftco.tensor import Tensor, dense_strides
 
-from . import malloc
 from .fused import FusedOps
+from .reductions import pairwise_sum
 
 _COMPARE = {
     "lt": np.less,
@@ -55,14 +57,11 @@ class CPUBackend(FusedOps, BackendBase):
 
     def __init__(self, device_index: int = 0) -> None:
         super().__init__(device_index)
-        self.malloc = malloc.tune()  # freed arrays stay in the process: see malloc.py
         self._allocated = 0
         self._peak = 0
 
     @classmethod
     def devices(cls) -> list[DeviceInfo]:
-        import os
-
         return [
             DeviceInfo(
                 0,
@@ -77,28 +76,15 @@ class CPUBackend(FusedOps, BackendBase):
         self._allocated -= buffer.nbytes
 
     def result(self, array: Any, dtype: np.dtype | None = None) -> Tensor:
-        """Wrap a numpy result as a dense tensor of this backend (copying only if needed).
-
-        Runs once per op, so it builds the Storage and Tensor itself (the generic
-        ``wrap`` costs a few hundred ns more, a tenth of a tiny op's whole dispatch)."""
-        arr = array
-        if (
-            type(arr) is not np.ndarray
-            or (dtype is not None and arr.dtype != dtype)
-            or not arr.flags.c_contiguous
-        ):
-            # NOTE: not np.ascontiguousarray, which turns a 0-d result into shape (1,)
-            arr = np.asarray(arr, dtype=dtype, order="C")
+        """Wrap a numpy result as a dense tensor of this backend (copying only if needed)."""
+        # NOTE: np.asarray with order="C", not np.ascontiguousarray, which turns 0-d into (1,)
+        arr = np.asarray(array, dtype=dtype, order="C")
         if arr.base is not None:  # a view of some input: never alias another tensor's buffer
             arr = arr.copy()
         flat = arr.reshape(-1)
-        allocated = self._allocated + flat.nbytes
-        self._allocated = allocated
-        if allocated > self._peak:
-            self._peak = allocated
-        shape = arr.shape
-        storage = Storage(flat, flat.size, self._release)
-        return Tensor(self, storage, shape, dense_strides(shape), 0, arr.dtype)
+        self._allocated += flat.nbytes
+        self._peak = max(self._peak, self._allocated)
+        return self.wrap(flat, arr.shape, arr.dtype, self._release)
 
     # -- allocation and transfer ------------------------------------------------------------
     def allocate(self, shape: tuple[int, ...], dtype: np.dtype) -> Tensor:
@@ -192,10 +178,10 @@ class CPUBackend(FusedOps, BackendBase):
 
     # -- reductions -----------------------------------------------------------------------------
     def sum(self, x: Tensor, axes: tuple[int, ...], keepdims: bool) -> Tensor:
-        return self.result(np.add.reduce(view(x), axis=axes, keepdims=keepdims), x.dtype)
+        return self.result(pairwise_sum(view(x), axes, keepdims), x.dtype)
 
     def max(self, x: Tensor, axes: tuple[int, ...], keepdims: bool) -> Tensor:
-        return self.result(np.maximum.reduce(view(x), axis=axes, keepdims=keepdims), x.dtype)
+        return self.result(np.max(view(x), axis=axes, keepdims=keepdims), x.dtype)
 
     def argmax(self, x: Tensor) -> Tensor:
         return self.result(np.argmax(view(x), axis=-1), np.int32)

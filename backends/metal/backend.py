@@ -24,6 +24,11 @@ from riftco.kernels.backend import KernelBackend
 from .runtime import MetalRuntime
 
 STANDIN_ENV = "RIFTCO_METAL_STANDIN"
+#: What a Mac user runs when metalcompute is missing (docs/METAL.md, "Installing").
+INSTALL_HINT = (
+    "pip install metalcompute (wheels: macOS 14+ on Apple silicon, Python 3.9-3.13; "
+    "elsewhere pip builds it from source, which needs the Xcode command line tools)"
+)
 
 
 def _use_standin() -> bool:
@@ -47,7 +52,7 @@ def load_metalcompute() -> tuple[Any, str]:
     try:
         import metalcompute
     except Exception as exc:
-        return None, f"metalcompute is not importable ({exc}); pip install metalcompute"
+        return None, f"metalcompute is not importable ({exc}); {INSTALL_HINT}"
     return metalcompute, ""
 
 
@@ -76,6 +81,19 @@ class MetalBackend(KernelBackend):
 
                 raise BackendUnavailableError(f"[metal] unavailable: {reason}")
         return MetalRuntime(mc, device_index)
+
+    def transfer_stats(self) -> dict[str, int]:
+        """The kernel layer's counts plus the runtime's host waits (``drains``) and the
+        uploads that needed none (``upload_waits_skipped``): see docs/METAL.md."""
+        stats = super().transfer_stats()
+        stats.update(getattr(self.runtime, "counters", {}))
+        return stats
+
+    def reset_transfer_stats(self) -> None:
+        super().reset_transfer_stats()
+        counters = getattr(self.runtime, "counters", {})
+        for key in counters:
+            counters[key] = 0
 
     @classmethod
     def is_available(cls) -> tuple[bool, str]:

@@ -14,16 +14,32 @@ region's result depends on that requires grad is a declared input or parameter (
 captured outer graph state, no fresh leaves made inside ``fn``); the replay gives the same
 shape, dtype and backend, and reaches the same dependencies, as the first run. ``fn`` must
 be deterministic (dropout would need its seed saved); that is the caller's contract.
+
+Captured constants: ``fn`` may read tensors that need no gradient without declaring them
+(a mask, a raw Tensor operand, a frozen Variable). The replay reads them *again*, so
+writing one in place (or ``assign()``-ing a captured Variable) between forward and
+backward would silently change the gradient, while an ordinary graph, whose rules keep
+the values they saw, reports a stale graph. The first run therefore logs every Variable
+an op inside the region reads (``graph._Reads``) with its version, and the node's
+``precheck`` compares them during backward's validation phase, before any rule runs or
+any gradient changes. The log keeps weak references only, so it holds no memory: a
+tensor that died cannot be read by the replay either. It sees what goes through autograd
+ops; a tensor ``fn`` touches only through raw ``tensor_ops`` is beyond it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import weakref
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 
-from ..errors import DTypeError, GradientError
-from ..tensor import Tensor
+from ..errors import DTypeError, GradientError, StaleGraphError
+from ..tensor import Storage, Tensor
 from . import graph
-from .graph import Variable, _describe, _GradMode, enable_grad, make, vjp
+from .graph import Variable, _describe, _GradMode, _Reads, enable_grad, make, vjp
+
+# (Variable, its storage, version of each at the first read, shape, name)
+_Read = tuple["weakref.ref[Variable]", "weakref.ref[Storage]", int, int, tuple[int, ...], str]
 
 
 def _replay_leaves(values: Sequence[Tensor], flags: Sequence[bool]) -> list[Variable]:
@@ -58,6 +74,63 @@ def _dependencies(out: Variable, boundary: list[Variable], start_seq: int) -> fr
     return frozenset(reached)
 
 
+@contextmanager
+def _logging_reads(log: dict[int, tuple[Variable, int]] | None) -> Iterator[None]:
+    """Route ``make``'s read log to ``log``; an enclosing region also sees what was read."""
+    outer, _Reads.log = _Reads.log, log
+    try:
+        yield
+    finally:
+        _Reads.log = outer
+        if outer is not None and log is not None:
+            for key, entry in log.items():
+                outer.setdefault(key, entry)
+
+
+def _captured(log: dict[int, tuple[Variable, int]], skip: Sequence[Variable]) -> list[_Read]:
+    """Weak records of the constants the region read (boundary and graph nodes excluded).
+
+    Nodes with a rule are the region's own (or rejected outer graph state); the boundary
+    is checked as the checkpoint node's parents."""
+    skipped = {id(x) for x in skip}
+    out: list[_Read] = []
+    for key, (v, version) in log.items():
+        if key in skipped or v._backward is not None:
+            continue
+        storage = v._value.storage
+        out.append(
+            (weakref.ref(v), weakref.ref(storage), version, storage.version, v.shape, v.name or "")
+        )
+    return out
+
+
+def _check_captured(reads: list[_Read]) -> None:
+    """The checkpoint node's precheck: every captured constant still has its version."""
+    for var_ref, storage_ref, version, storage_version, shape, name in reads:
+        v = var_ref()
+        if v is not None:  # replaced by assign()/.to(), or written in place
+            now = v._vbase + v._value.storage.version
+            if now != version:
+                what = _describe(v)
+                if not v.requires_grad:
+                    what = what.replace(", parameter)", ", constant)")
+                raise _stale(what, version, now)
+        storage = storage_ref()  # a raw Tensor operand: its wrapper died, its storage lives
+        if storage is not None and storage.version != storage_version:
+            label = f"{name!r} " if name else ""
+            raise _stale(
+                f"captured tensor {label}(shape {shape})", storage_version, storage.version
+            )
+
+
+def _stale(what: str, then: int, now: int) -> StaleGraphError:
+    return StaleGraphError(
+        f"[backward] stale graph: {what}, read inside a checkpoint() region, changed after "
+        f"the region's forward (version {then} at forward, {now} now); the replay would read "
+        "the new value and give a wrong gradient: run the forward pass again"
+    )
+
+
 def checkpoint(
     fn: Callable[..., Variable], inputs: Sequence[Variable], params: Sequence[Variable]
 ) -> Variable:
@@ -81,17 +154,21 @@ def checkpoint(
     flags = [x.requires_grad for x in inputs]
     start = _next_seq()
     leaves = _replay_leaves(values, flags)
-    out = fn(*leaves)
+    log: dict[int, tuple[Variable, int]] = {}
+    with _logging_reads(log):
+        out = fn(*leaves)
     if not isinstance(out, Variable):
         raise DTypeError(f"[checkpoint] fn must return a Variable; got {type(out).__name__}")
     reached = _dependencies(out, leaves + params, start) if out.requires_grad else frozenset()
+    reads = _captured(log, leaves + params)
+    del log
     result = out._value
     spec = (result.shape, result.dtype, result.backend)
     n_in = len(inputs)
     del out, leaves  # the region's graph dies here; only its result and boundary remain
 
     def rule(g: Tensor) -> list[Tensor | None]:
-        with enable_grad():
+        with enable_grad(), _logging_reads(None):
             start_replay = _next_seq()
             replay_in = _replay_leaves(values, flags)
             again = fn(*replay_in)
@@ -117,6 +194,10 @@ def checkpoint(
             grads, _ = vjp(again, g, frozenset(boundary))
         return [grads.get(node) for node in boundary[:n_in]] + [grads.get(p) for p in params]
 
+    def precheck(node: Variable) -> None:
+        _check_captured(reads)
+
+    rule.precheck = precheck  # type: ignore[attr-defined]  # read by graph.check_versions
     return make(result, "checkpoint", tuple(boundary_outer), rule)
 
 

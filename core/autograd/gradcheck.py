@@ -68,7 +68,7 @@ def gradcheck(
     def objective(values: list[np.ndarray]) -> float:
         return float(np.sum(u * run(values, False).numpy().astype(np.float64)))
 
-    worst = {"abs": 0.0, "rel": 0.0, "where": None, "analytic": 0.0, "numeric": 0.0}
+    worst: dict[str, Any] = {"abs": 0.0, "rel": 0.0, "where": None, "analytic": 0.0, "numeric": 0.0}
     failed = None
     checked = 0
     for i, a in enumerate(arrays):
@@ -97,9 +97,9 @@ def gradcheck(
         "checked": checked,
     }
     if failed is not None and raise_on_failure:
-        i, idx, got, numeric, err = failed
+        i, at, got, numeric, err = failed
         raise GradientError(
-            f"[gradcheck] input {i} (shape {arrays[i].shape}) element {idx}: analytic {got:.8g}, "
+            f"[gradcheck] input {i} (shape {arrays[i].shape}) element {at}: analytic {got:.8g}, "
             f"numeric {numeric:.8g}, error {err:.3g} > atol {atol} + rtol {rtol}*|numeric|; "
             f"largest error {worst['abs']:.3g} at {worst['where']} over {checked} elements"
         )

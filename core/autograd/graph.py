@@ -7,16 +7,23 @@ parent (``_parents``) and node -> saved tensors (``_backward`` closure); a rule 
 captures its output node, so a graph has no cycle and dies with its last handle.
 
 ``backward()`` works in three phases: collect the reachable nodes (iterative depth-first
-postorder, no recursion limit), validate every recorded parent version and pending value
-check, then run the local rules in reverse order into a private ``dict``. Public
-``.grad`` fields are written only after the whole pass succeeded, so a failing rule
-leaves every gradient as it was and a repeated ``backward()`` gives the same gradients.
+postorder, no recursion limit), validate every recorded version and pending value check,
+then run the local rules in reverse order into a private ``dict``. Public ``.grad`` fields
+are written only after the whole pass succeeded, so a failing rule leaves every gradient
+as it was and a repeated ``backward()`` gives the same gradients.
+
+Versions validated in phase two: every parent a rule reads (recorded when the node was
+made), the root's own value (a rule such as ``exp``'s reads its saved output, which is the
+root's value, so writing ``y`` in place before ``y.backward(seed)`` is as stale as writing
+an intermediate), and whatever a rule declares through a ``precheck`` attribute (a
+callable taking the node and raising :class:`StaleGraphError`): checkpoint regions use it
+for the tensors their replay will read again.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -25,9 +32,19 @@ from ..errors import DeviceMismatchError, DTypeError, GradientError, ShapeError,
 from ..tensor import Tensor
 from . import domain
 
-Rule = Callable[[Tensor], "tuple[Tensor | None, ...] | list[Tensor | None]"]
+Rule = Callable[[Tensor], Sequence["Tensor | None"]]
 
 _seq = itertools.count(1)  # creation stamps: checkpoint() tells its own nodes from outer ones
+
+
+class _Reads:
+    """The read log of the checkpoint region whose forward is running (None: no region).
+
+    ``make`` adds every parent Variable it sees, keyed by identity, with its version at
+    the first read; a raw Tensor operand reaches ``make`` wrapped as a constant leaf, so
+    it is logged too. Process-wide like ``_GradMode``."""
+
+    log: dict[int, tuple[Variable, int]] | None = None
 
 
 class _GradMode:
@@ -64,7 +81,7 @@ class Variable:
 
     __slots__ = (
         "_value", "grad", "requires_grad", "name", "_parents", "_versions", "_backward",
-        "_op", "_vbase", "_retain", "_seq", "__weakref__",
+        "_op", "_vbase", "_retain", "_seq", "_born", "__weakref__",
     )  # fmt: skip
 
     def __init__(self, value: Tensor, requires_grad: bool = False, name: str | None = None) -> None:
@@ -87,6 +104,7 @@ class Variable:
         self._vbase = 0
         self._retain = False
         self._seq = next(_seq)
+        self._born = value.storage.version
 
     # -- value and version ----------------------------------------------------------------
     @property
@@ -223,6 +241,12 @@ def make(value: Tensor, op: str, parents: tuple[Variable, ...], rule: Rule) -> V
     out._vbase = 0
     out._retain = False
     out._op = op
+    out._born = value.storage.version  # _vbase is 0: the version the rules saw
+    log = _Reads.log
+    if log is not None:
+        for q in parents:
+            if id(q) not in log:
+                log[id(q)] = (q, q._vbase + q._value.storage.version)
     if _GradMode.enabled:
         for p in parents:
             if p.requires_grad:
@@ -247,7 +271,7 @@ def make(value: Tensor, op: str, parents: tuple[Variable, ...], rule: Rule) -> V
 
 
 def _zeros(like: Tensor) -> Tensor:
-    out = like.backend.allocate(like.shape, like.dtype)
+    out: Tensor = like.backend.allocate(like.shape, like.dtype)
     like.backend.fill(out, 0.0)
     return out
 
@@ -260,7 +284,7 @@ def _check_seed(root: Variable, seed: Tensor | None) -> Tensor:
                 f"[backward] output has shape {v.shape}; a non-scalar output needs an explicit "
                 f"seed Tensor of shape {v.shape} on {v.device}"
             )
-        out = v.backend.allocate(v.shape, v.dtype)
+        out: Tensor = v.backend.allocate(v.shape, v.dtype)
         v.backend.fill(out, 1.0)
         return out
     if isinstance(seed, Variable):
@@ -307,7 +331,8 @@ def topo_order(
 def check_versions(order: Iterable[Variable]) -> None:
     """Raise StaleGraphError if any value a rule will read changed since its forward."""
     for node in order:
-        if node._backward is None:
+        rule = node._backward
+        if rule is None:
             continue
         for p, recorded in zip(node._parents, node._versions, strict=False):
             now = p._vbase + p._value.storage.version
@@ -317,6 +342,25 @@ def check_versions(order: Iterable[Variable]) -> None:
                     f"(version {recorded} at forward, {now} now; an optimizer step, assign() "
                     "or .to() replaced it); run the forward pass again"
                 )
+        precheck = getattr(rule, "precheck", None)
+        if precheck is not None:
+            precheck(node)
+
+
+def check_root(root: Variable) -> None:
+    """Raise StaleGraphError if the root's own value changed since the op made it.
+
+    No other node records the root's version (it has no consumer), yet its rule may read
+    it: ``exp`` and ``softmax`` save their output, which *is* the root's value."""
+    if root._backward is None:
+        return
+    now = root._vbase + root._value.storage.version
+    if now != root._born:
+        raise StaleGraphError(
+            f"[backward] stale graph: the output {_describe(root)} was written in place or "
+            f"replaced after {root._op} made it (version {root._born} at forward, {now} now); "
+            "run the forward pass again"
+        )
 
 
 def _accumulate(grads: dict[Variable, Tensor], node: Variable, p: Variable, g: Tensor) -> None:
@@ -344,7 +388,8 @@ def vjp(
     Returns the gradients of the leaves, the ``stop`` nodes and retained nodes, plus the
     traversal order. Re-entrant: checkpoint replays call it from inside a rule."""
     order = topo_order(root, stop)
-    check_versions(order)
+    check_versions(order)  # first: it names a written parameter, which the root may view
+    check_root(root)
     domain.flush()
     grads: dict[Variable, Tensor] = {root: seed}
     for node in reversed(order):

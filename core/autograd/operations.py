@@ -43,14 +43,16 @@ def _reshape(g: Tensor, shape: tuple[int, ...]) -> Tensor:
 # -- binary arithmetic (equal shapes) ------------------------------------------------------------
 def add(a: Any, b: Any) -> Variable:
     if isinstance(b, _NUMBER):
-        return make(ops.add_scalar(a._value, b), "add_scalar", (a,), lambda g: (g,))
+        y = ops.add_scalar(a._value, b)  # type: ignore[arg-type]  # numpy scalars pass too
+        return make(y, "add_scalar", (a,), lambda g: (g,))
     a, b = as_variable(a, "add"), as_variable(b, "add")
     return make(ops.add(a._value, b._value), "add", (a, b), lambda g: (g, g))
 
 
 def sub(a: Any, b: Any) -> Variable:
     if isinstance(b, _NUMBER):
-        return make(ops.add_scalar(a._value, -b), "sub_scalar", (a,), lambda g: (g,))
+        y = ops.add_scalar(a._value, -b)  # type: ignore[arg-type]
+        return make(y, "sub_scalar", (a,), lambda g: (g,))
     a, b = as_variable(a, "sub"), as_variable(b, "sub")
     return make(ops.sub(a._value, b._value), "sub", (a, b), lambda g: (g, ops.neg(g)))
 
@@ -58,7 +60,7 @@ def sub(a: Any, b: Any) -> Variable:
 def rsub(a: Variable, b: Any) -> Variable:
     """``b - a``."""
     if isinstance(b, _NUMBER):
-        y = ops.add_scalar(ops.neg(a._value), b)
+        y = ops.add_scalar(ops.neg(a._value), b)  # type: ignore[arg-type]
         return make(y, "rsub_scalar", (a,), lambda g: (ops.neg(g),))
     return sub(as_variable(b, "sub"), a)
 

@@ -27,6 +27,10 @@ _TILE_M, _TILE_N, _TILE_THREADS = 64, 64, 256
 #: Outputs per thread of ``matmul_panel`` (MP_WM x MP_WN in shaders/matmul.cl), used on
 #: runtimes that report ``is_cpu`` (PoCL): registers, not threadgroup memory and barriers.
 _PANEL_M, _PANEL_N = 8, 16
+#: Tile of ``matmul_wide`` (MW_TM x MW_TN in shaders/matmul.cl), 256 threads each: chosen
+#: when the runtime's ``matmul_wide_min_tiles`` (CUDA: enough tiles for every multiprocessor)
+#: is reached; runtimes without that attribute never take it.
+_WIDE_M, _WIDE_N = 128, 128
 #: Column reductions split the reduced axis until about this many threads run.
 _COLUMN_THREADS = 16384
 
@@ -177,8 +181,12 @@ class PrimitiveKernels(ElementwiseByName):
         sam, sak = (1, a_cols) if transpose_a else (a_cols, 1)
         sbk, sbn = (1, b_cols) if transpose_b else (b_cols, 1)
         ints = [m, n, k, batch, a_rows * a_cols, sam, sak, b_rows * b_cols, sbk, sbn]
+        wide_tiles = batch * -(-m // _WIDE_M) * -(-n // _WIDE_N)
         if m < 8 or n < 8:  # thin products waste most of a 64x64 tile
             self.launch("matmul", "matmul_small", a.dtype, out.size, out, a, b, ints=ints)
+        elif wide_tiles >= getattr(self.runtime, "matmul_wide_min_tiles", math.inf):
+            threads = wide_tiles * _TILE_THREADS
+            self.launch("matmul", "matmul_wide", a.dtype, threads, out, a, b, ints=ints)
         elif panel:
             threads = batch * -(-m // _PANEL_M) * -(-n // _PANEL_N)
             self.launch("matmul", "matmul_panel", a.dtype, threads, out, a, b, ints=ints)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import TypeGuard
 
 from ..errors import DTypeError, ShapeError
 from .nodes import Graph, Node, NodeType, Shape
@@ -28,7 +29,7 @@ def _shape(shape: int | Sequence[int]) -> Shape:
     return out
 
 
-def _is_number(x: object) -> bool:
+def _is_number(x: object) -> TypeGuard[float | int]:
     return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 

@@ -108,9 +108,9 @@ def _scale(node: Node, args: list[Value]) -> Value:
 
 
 def _pow(node: Node, args: list[Value]) -> Value:
-    (x,), p = args, node.payload
+    (x,), p = args, node.number
     if isinstance(x, float):
-        if x < 0 and not float(p).is_integer():
+        if x < 0 and not p.is_integer():
             raise DomainError(f"[pow] {x} ** {p} is not real")
         if x == 0 and p < 0:
             raise DomainError(f"[pow] 0 ** {p} is undefined")
@@ -149,9 +149,9 @@ def _mean(node: Node, args: list[Value]) -> Value:
 
 
 def _lp_norm(node: Node, args: list[Value]) -> Value:
-    (x,), child, p = args, node.children[0], node.payload
+    (x,), child, p = args, node.children[0], node.number
     if isinstance(x, float):
-        return abs(x) * child.size ** (1.0 / p)
+        return float(abs(x) * child.size ** (1.0 / p))
     axes = _per_sample_axes(x, len(child.shape))
     if not axes:
         return ops.abs(x)
@@ -163,24 +163,31 @@ def _lp_norm(node: Node, args: list[Value]) -> Value:
 
 
 def _lp_norm_der(node: Node, args: list[Value]) -> Value:
-    """``x |x|^(p-2) / ||x||^(p-1)``; 0 where the norm is 0 (the subgradient at the origin)."""
+    """``x |x|^(p-2) / ||x||^(p-1)``; 0 where the norm is 0 (the subgradient at the origin).
+
+    Evaluated as ``r |r|^(p-2)`` with ``r = x / ||x||``: since ``|r| <= 1`` and ``p >= 1``
+    nothing overflows, whereas ``||x||^(1-p)`` is ``inf`` at the origin for p > 2 (and for
+    tiny x) and ``0 * inf`` is NaN. A zero norm is divided as 1 (then ``x`` is all zero, so
+    ``r`` is 0), and ``|r|`` is floored at the dtype's smallest normal number so the
+    negative power of p < 2 stays finite where it multiplies ``r == 0``."""
     x, norm = args
-    p = node.payload
-    if isinstance(x, float):
+    p = node.number
+    if isinstance(x, float):  # a constant vector: its norm is a float too
+        assert isinstance(norm, float)
         if x == 0 or norm == 0:
             return 0.0
-        return x * abs(x) ** (p - 2) / float(norm) ** (p - 1)
-    tiny = float(np.finfo(x.dtype).tiny)
-    out = x
-    if p != 2:  # |x|^(p-2), kept finite at 0 where it multiplies x == 0
-        ax = ops.abs(x)
-        out = ops.mul(x, ops.pow_scalar(ops.maximum(ax, full_like(x, tiny)), p - 2))
-    if p == 1:
-        return out
+        r_c = x / norm
+        return float(r_c * abs(r_c) ** (p - 2))
     if isinstance(norm, float):
-        return ops.mul_scalar(out, 0.0 if norm == 0 else norm ** (1 - p))
-    inv = ops.pow_scalar(ops.maximum(norm, full_like(norm, tiny)), 1 - p)
-    return ops.mul(out, _expand(inv, x.shape))
+        r = ops.mul_scalar(x, 1.0 / norm if norm != 0 else 1.0)
+    else:
+        zero = ops.compare(norm, full_like(norm, 0.0), "eq")  # 1 exactly where norm == 0
+        r = ops.div(x, _expand(ops.add(norm, zero), x.shape))
+    if p == 2:
+        return r
+    tiny = float(np.finfo(r.dtype).tiny)
+    power = ops.pow_scalar(ops.maximum(ops.abs(r), full_like(r, tiny)), p - 2)
+    return ops.mul(r, power)
 
 
 def _softmax(node: Node, args: list[Value]) -> Value:
@@ -189,7 +196,13 @@ def _softmax(node: Node, args: list[Value]) -> Value:
 
 
 def _softmax_ce(node: Node, args: list[Value]) -> Value:
-    """``logsumexp(z) - <t, z>`` with the max subtracted first: finite for any finite z."""
+    """``logsumexp(z) - <t, z>`` with the max subtracted first: finite for any finite z.
+
+    ``<t, z>`` multiplies ``t`` only by logits selected where ``t`` is non-zero (``where``
+    puts 0 elsewhere; never ``0 * z``, which is NaN for ``z = -inf``), so a ``-inf`` logit
+    off the target leaves the loss finite, while one at the target (or at any entry of a
+    smoothed target) gives ``+inf``, the true cross-entropy. A NaN logit still reaches the
+    loss through the log-sum-exp."""
     z, t = args
     width = node.children[0].shape[-1]
     if isinstance(z, float):
@@ -200,9 +213,12 @@ def _softmax_ce(node: Node, args: list[Value]) -> Value:
     e = ops.exp(ops.sub(z, m.broadcast_to(z.shape)))
     lse = ops.add(ops.log(ops.sum(e, -1)), m.reshape(m.shape[:-1]))
     if isinstance(t, float):
+        if t == 0:
+            return lse
         tz = ops.mul_scalar(ops.sum(z, -1), t)
     else:
-        tz = ops.sum(ops.mul(*_align(t, z)), -1)
+        t, z = _align(t, z)
+        tz = ops.sum(ops.mul(t, ops.where(t, z, t)), -1)  # where t == 0: t * t == 0
     return ops.sub(*_align(lse, tz))
 
 
@@ -319,7 +335,7 @@ class Program:
         evals = self._evals
         for i, (node, kernel, kids) in enumerate(self._steps):
             if kernel is None:
-                values[i] = bound[id(node)] if node.kind is NodeType.VAR else node.payload
+                values[i] = bound[id(node)] if node.kind is NodeType.VAR else node.number
             else:
                 values[i] = kernel(node, [values[j] for j in kids])
             evals[i] += 1

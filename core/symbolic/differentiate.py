@@ -48,7 +48,7 @@ def _mul(g: Builder, node: Node, d: list[Node]) -> Node:
 
 
 def _pow(g: Builder, node: Node, d: list[Node]) -> Node:
-    (x,), p = node.children, node.payload
+    (x,), p = node.children, node.number
     return g.mul(g.mul(g.pow(x, p - 1), p), d[0])
 
 

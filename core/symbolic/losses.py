@@ -9,15 +9,25 @@ Batch reduction: node shapes describe one sample, so a batch of N logits gives N
 losses. The batch loss is their **mean** (``reduction="mean"``, like
 ``riftco.autograd.cross_entropy``) or their sum; the gradient is scaled to match. With
 integer targets, a target of -1 marks a row to ignore, and the mean runs over the other
-rows, as the autograd cross-entropy does.
+rows, as the autograd cross-entropy does. Any other target outside ``[0, V)`` is a
+``DomainError``, as in autograd: checked at once (numpy ``min``/``max``) when the targets
+live in a host buffer, and otherwise deferred through ``riftco.autograd``'s value checks
+(no device sync per batch), so it is raised by the next ``backward()`` (the trainer's
+``logits.backward(seed=dlogits)``), ``Variable.numpy()``/``.item()`` or
+``riftco.autograd.check_domain()``, before any gradient changes. Until then the row counts
+as kept with an all-zero one-hot; no kernel ever indexes with a target.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 
 from .. import tensor_ops as ops
-from ..errors import ShapeError
+from ..autograd import domain
+from ..creation import full_like
+from ..errors import DTypeError, ShapeError
 from ..tensor import Tensor
 from .builder import Builder
 from .compile import Program
@@ -37,16 +47,33 @@ def _columns(like: Tensor, num: int) -> Tensor:
     return cols
 
 
+def _float_ids(ids: Tensor, like: Tensor) -> Tensor:
+    """Integer ids flattened to ``[N]`` in ``like.dtype`` (exact below 2**24 in float32)."""
+    if ids.dtype.kind not in "iu":
+        raise DTypeError(f"[one_hot] ids must be an integer Tensor; got {ids.dtype}")
+    return ops.cast(ids.reshape(-1).contiguous(), like.dtype)
+
+
+def _hot_rows(flat: Tensor, num: int, like: Tensor) -> Tensor:
+    n = flat.shape[0]
+    cols = _columns(like, num).reshape(1, num).broadcast_to((n, num))
+    return ops.compare(flat.reshape(n, 1).broadcast_to((n, num)), cols, "eq")
+
+
+def _check_ids(op: str, ids: Tensor, num: int, flat: Tensor) -> None:
+    domain.require_in_range(op, "targets", ids, -1, num, flat, note=" (-1 marks an ignored row)")
+
+
 def one_hot(ids: Tensor, num: int, like: Tensor) -> Tensor:
     """``[N, num]`` in ``like.dtype``: 1 at each id, an all-zero row for id -1.
 
     Built on the device from a comparison with ``arange`` (the composite one-hot idea):
-    the targets never make a round trip through the host.
+    the targets never make a round trip through the host. Any other id outside
+    ``[0, num)`` is a DomainError (deferred on device buffers, see the module docstring).
     """
-    flat = ops.cast(ids.reshape(-1).contiguous(), like.dtype)
-    n = flat.shape[0]
-    cols = _columns(like, num).reshape(1, num).broadcast_to((n, num))
-    return ops.compare(flat.reshape(n, 1).broadcast_to((n, num)), cols, "eq")
+    flat = _float_ids(ids, like)
+    _check_ids("one_hot", ids, num, flat)
+    return _hot_rows(flat, num, like)
 
 
 def smoothed_targets(ids: Tensor, vocab_size: int, eps: float, like: Tensor) -> Tensor:
@@ -75,7 +102,7 @@ class CompiledObjective:
         self.gradient_program = Program(self.gradient)
         self.program = Program(loss, self.gradient)  # one pass: shared nodes run once
 
-    def evaluate(self, bindings: dict, out: Tensor | None = None) -> Tensor:
+    def evaluate(self, bindings: Mapping[Node | str, Tensor], out: Tensor | None = None) -> Tensor:
         """The gradient for ``bindings`` (per sample), written into ``out`` if given."""
         return self.gradient_program.evaluate(bindings, out)[0]
 
@@ -103,8 +130,10 @@ class CompiledObjective:
                     f"[loss_and_grad] integer targets {targets.shape} must have shape "
                     f"{logits.shape[:-1]} for logits {logits.shape}"
                 )
-            t = one_hot(targets, v, z)
-            keep = ops.sum(t, -1)  # 1 for a real target, 0 for an ignored (-1) row
+            flat = _float_ids(targets, z)
+            _check_ids("cross_entropy", targets, v, flat)
+            t = _hot_rows(flat, v, z)
+            keep = ops.compare(flat, full_like(z, -1.0, (n,)), "ne")  # 0 for an ignored row
         else:
             if targets.shape != logits.shape:
                 raise ShapeError(
@@ -120,12 +149,14 @@ class CompiledObjective:
         else:
             weights = keep
             if self.reduction == "mean":
-                one = z.backend.allocate((), z.dtype)
-                z.backend.fill(one, 1.0)
-                count = ops.maximum(ops.sum(keep), one)
+                count = ops.maximum(ops.sum(keep), full_like(z, 1.0, ()))  # all ignored: 0
                 weights = ops.div(keep, count.reshape(1).broadcast_to((n,)))
-            loss = ops.sum(ops.mul(per_loss, weights))
-            grad = ops.mul(per_grad, weights.reshape(n, 1).broadcast_to((n, v)))
+            # select, then weight (``where`` with the 0/1 mask as its own "else"): an ignored
+            # row contributes an exact 0 even when its logits hold inf or NaN
+            loss = ops.sum(ops.mul(ops.where(keep, per_loss, keep), weights))
+            keep_nv = keep.reshape(n, 1).broadcast_to((n, v))
+            w_nv = weights.reshape(n, 1).broadcast_to((n, v))
+            grad = ops.mul(ops.where(keep_nv, per_grad, keep_nv), w_nv)
         grad = grad.reshape(logits.shape)
         if grad_out is not None:
             grad = ops.assign_(grad_out, grad)

@@ -66,6 +66,14 @@ class Node:
         self.serial = serial
 
     @property
+    def number(self) -> float:
+        """The payload of a node type that has one (a constant, a power, a norm's p)."""
+        value = self.payload
+        if value is None:
+            raise TypeError(f"{self.label()} carries no number")
+        return value
+
+    @property
     def is_scalar(self) -> bool:
         return self.shape == ()
 

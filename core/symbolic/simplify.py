@@ -33,7 +33,7 @@ def _rewrite(g: Graph, n: Node) -> Node | None:
     if n.kind in (NodeType.VAR, NodeType.CONST):
         return None
     if all(c.kind is NodeType.CONST for c in kids):
-        return g._new(NodeType.CONST, (), n.shape, fold(n, [c.payload for c in kids]))
+        return g._new(NodeType.CONST, (), n.shape, fold(n, [c.number for c in kids]))
     if n.kind is NodeType.ADD:
         a, b = kids
         if a.is_const(0.0):

@@ -9,10 +9,16 @@ The loss head is pluggable. The default runs autograd's ``cross_entropy`` and ba
 from the scalar loss. Any object with ``loss_and_grad(logits [N, V], targets [N]) ->
 (loss, dlogits)`` (raw Tensors, e.g. a compiled ``riftco.symbolic`` objective) works too:
 its ``dlogits`` seeds ``logits.backward(seed=dlogits)`` through the network.
+
+A run that diverges stops at once: a non-finite training or validation loss raises
+:class:`DivergenceError`, and no checkpoint is ever written from non-finite weights, so the
+last one saved is the last good state. SIGINT and SIGTERM both finish the current step,
+save and return (a second signal leaves at once, without a checkpoint).
 """
 
 from __future__ import annotations
 
+import math
 import signal
 import threading
 import time
@@ -27,13 +33,22 @@ from .. import creation
 from ..autograd import Variable, cross_entropy, no_grad
 from ..device import Device
 from ..device import device as as_device
-from ..nn import GPT, GPTConfig
+from ..errors import DomainError, RiftcoError
+from ..nn import GPT
 from ..optim import AdamW, clip_grad_norm
 from ..tensor import Tensor
-from .checkpoint import load_checkpoint, save_checkpoint
+from . import restore
+from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from .checks import COUNT, FRACTION, NON_NEGATIVE, POSITIVE, POSITIVE_INT, UNIT
 from .data import CharDataset, load_text
+from .progress import LINE_EVERY_S, make_progress
 from .schedule import lr_at
-from .tokenizer import CharTokenizer
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class DivergenceError(RiftcoError, ArithmeticError):
+    """The loss or the weights stopped being finite; the run cannot continue from here."""
 
 
 @dataclass
@@ -51,6 +66,24 @@ class TrainConfig:
     seed: int = 0
     label_smoothing: float = 0.0  # > 0: the loss head is a compiled objective (riftco.symbolic)
 
+    def validate(self) -> None:
+        """Reject values that would train on NaN or crash later (``nan`` passes ``> 0``)."""
+        for name, rule in (
+            ("steps", POSITIVE_INT),
+            ("batch_size", POSITIVE_INT),
+            ("eval_every", POSITIVE_INT),
+            ("eval_iters", POSITIVE_INT),
+            ("warmup", COUNT),
+            ("seed", COUNT),
+            ("lr", POSITIVE),
+            ("min_lr_ratio", UNIT),
+            ("weight_decay", NON_NEGATIVE),
+            ("beta2", FRACTION),
+            ("grad_clip", NON_NEGATIVE),
+            ("label_smoothing", FRACTION),
+        ):
+            rule.check("train", name, getattr(self, name))
+
 
 @dataclass
 class TrainResult:
@@ -62,6 +95,7 @@ class TrainResult:
     wall_s: float
     interrupted: bool
     checkpoint: Path | None
+    stop_signal: int | None = None  # SIGINT or SIGTERM when a signal stopped the run
 
     @property
     def final_train_loss(self) -> float:
@@ -133,8 +167,10 @@ class Trainer:
     step: int = 0
     train_losses: list[tuple[int, float]] = field(default_factory=list)
     val_losses: list[tuple[int, float]] = field(default_factory=list)
+    last_checkpoint: Path | None = None  # the newest complete checkpoint of this run
 
     def __post_init__(self) -> None:
+        self.cfg.validate()
         if self.head is None and self.cfg.label_smoothing > 0:
             self.head = label_smoothing_head(self.model.config.vocab, self.cfg.label_smoothing)
         self.head = as_head(self.head)
@@ -153,6 +189,7 @@ class Trainer:
         self.rng = np.random.default_rng(self.cfg.seed)  # training windows only
         self._val: list[tuple[Tensor, Tensor]] | None = None
         self._stop = False
+        self._stop_signal: int | None = None
 
     @property
     def device(self) -> Device:
@@ -176,7 +213,21 @@ class Trainer:
         self.step += 1
         value = float(loss.item())
         self.train_losses.append((self.step, value))
+        if not math.isfinite(value):
+            raise self._diverged(f"the training loss is {value} at step {self.step} (lr {lr:.3g})")
         return value
+
+    def _diverged(self, what: str) -> DivergenceError:
+        if self.last_checkpoint is not None:
+            kept = f"the last good checkpoint is intact: {self.last_checkpoint}"
+        elif self.out is not None:
+            kept = f"no checkpoint was written to {self.out}"
+        else:
+            kept = "nothing was saved (no output directory)"
+        return DivergenceError(
+            f"[train] {what}; training stopped and the weights in memory are unusable; "
+            f"{kept}. Start again with a lower lr (or more warm-up, or grad clipping)"
+        )
 
     def evaluate(self) -> float:
         """Mean validation loss over the same fixed batches every time (comparable points)."""
@@ -192,12 +243,28 @@ class Trainer:
             losses = [cross_entropy(self.model(x), y).value.item() for x, y in self._val]
         value = float(np.mean(losses))
         self.val_losses.append((self.step, value))
+        if not math.isfinite(value):
+            raise self._diverged(f"the validation loss is {value} at step {self.step}")
         return value
 
     # -- checkpoints -----------------------------------------------------------------------------
     def save(self) -> Path | None:
+        """Write a checkpoint; refuses (DivergenceError) when any weight or optimizer moment
+        is not finite, so ``LATEST`` keeps naming the last good state."""
         if self.out is None:
             return None
+        weights = self.model.state_dict()
+        optim = [opt.state_dict() for opt in self.optimizers]
+        moments = [
+            (f"optimizer {k}[{i}].{key}", st[key])
+            for k, o in enumerate(optim)
+            for i, st in enumerate(o["state"])
+            if st is not None
+            for key in ("m", "v")
+        ]
+        for name, arr in [*weights.items(), *moments]:
+            if not np.isfinite(arr).all():
+                raise self._diverged(f"{name} holds non-finite values at step {self.step}")
         meta = {
             "step": self.step,
             "model": self.model.config.to_dict(),
@@ -209,8 +276,8 @@ class Trainer:
             "train_losses": self.train_losses,
             "val_losses": self.val_losses,
         }
-        optim = [opt.state_dict() for opt in self.optimizers]
-        return save_checkpoint(self.out, self.model.state_dict(), optim, meta)
+        self.last_checkpoint = save_checkpoint(self.out, weights, optim, meta)
+        return self.last_checkpoint
 
     @classmethod
     def resume(
@@ -222,26 +289,36 @@ class Trainer:
         data_path: str | None = None,
         head: Any = None,
     ) -> Trainer:
-        """Continue the run saved in ``path`` (writing to ``out``, by default ``path``)."""
+        """Continue the run saved in ``path`` (writing to ``out``, by default ``path``).
+
+        Everything is read and checked before the trainer exists: a damaged or foreign
+        checkpoint is a CheckpointError naming the file."""
         ckpt = load_checkpoint(path)
         meta = ckpt.meta
-        cfg = TrainConfig(**meta["train"])
+        cfg = restore.build(ckpt, "train", TrainConfig, "training config")
         if steps is not None:
             cfg.steps = steps
-        mcfg = GPTConfig(**meta["model"])
-        model = GPT(mcfg, device=as_device(device), dtype=np.dtype(meta["dtype"]), seed=cfg.seed)
-        model.load_state_dict(ckpt.weights)
-        source = data_path if data_path is not None else meta["data"]
+        try:
+            cfg.validate()
+        except DomainError as exc:
+            raise CheckpointError(f"[checkpoint] {ckpt.path}: 'train' is invalid: {exc}") from None
+        model, tok = restore.model_and_tokenizer(ckpt, as_device(device), seed=cfg.seed)
+        source = data_path if data_path is not None else restore.field_of(ckpt, "data")
         text, name = load_text(source)
-        tok = CharTokenizer.from_dict(meta["tokenizer"])
-        data = CharDataset.from_text(text, mcfg.context, name, tokenizer=tok)
+        data = CharDataset.from_text(text, model.config.context, name, tokenizer=tok)
         trainer = cls(model, data, cfg, Path(out if out is not None else path), source, head)
-        for opt, state in zip(trainer.optimizers, ckpt.optimizer, strict=True):
-            opt.load_state_dict(state)
-        trainer.rng.bit_generator.state = meta["rng"]
+        restore.load_optimizers(ckpt, trainer.optimizers)
+        try:
+            trainer.rng.bit_generator.state = restore.field_of(ckpt, "rng")
+            trainer.train_losses = [(int(s), float(v)) for s, v in meta["train_losses"]]
+            trainer.val_losses = [(int(s), float(v)) for s, v in meta["val_losses"]]
+        except (TypeError, ValueError, KeyError) as exc:
+            raise CheckpointError(
+                f"[checkpoint] {ckpt.path}: the batch generator state or loss history is "
+                f"malformed: {exc!r}"
+            ) from None
         trainer.step = ckpt.step
-        trainer.train_losses = [tuple(p) for p in meta["train_losses"]]
-        trainer.val_losses = [tuple(p) for p in meta["val_losses"]]
+        trainer.last_checkpoint = ckpt.path
         return trainer
 
     # -- the loop --------------------------------------------------------------------------------
@@ -249,39 +326,33 @@ class Trainer:
         """Finish the current step, save a checkpoint and return (what Ctrl-C does)."""
         self._stop = True
 
-    def _on_sigint(self, signum: int, frame: Any) -> None:
-        if self._stop:  # a second Ctrl-C: leave now, without a checkpoint
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        if self._stop_signal is not None:  # a second signal: leave now, without a checkpoint
             raise KeyboardInterrupt
-        self._stop = True
+        self._stop, self._stop_signal = True, signum
 
     def run(
         self,
-        progress: bool = True,
+        progress: bool | str | Any = True,
         on_step: Callable[[Trainer, float], bool | None] | None = None,
         log: Callable[[str], None] | None = None,
+        progress_every_s: float = LINE_EVERY_S,
     ) -> TrainResult:
         """Train to ``cfg.steps``. ``on_step`` returning True stops early (with a checkpoint).
 
-        ``log`` receives one line per evaluation (the CLI passes ``tqdm.write`` so lines
-        scroll above the progress bar)."""
-        from tqdm import tqdm
-
-        self._stop = False
-        previous = None
+        ``progress``: True (``"auto"``: a bar on a terminal, plain lines otherwise),
+        ``"bar"``, ``"lines"`` (one every ``progress_every_s``), False, or an object with
+        ``update(step, stats)`` and ``close()``. ``log`` receives one line per evaluation
+        (the CLI passes ``tqdm.write`` so lines scroll above a bar)."""
+        self._stop, self._stop_signal = False, None
+        previous: dict[int, Any] = {}
         if threading.current_thread() is threading.main_thread():
-            previous = signal.signal(signal.SIGINT, self._on_sigint)
+            previous = {s: signal.signal(s, self._on_signal) for s in STOP_SIGNALS}
         tokens_per_step = self.cfg.batch_size * self.model.config.context
         step_time, steps_done = 0.0, 0
         saved, saved_step = None, None
         start = time.perf_counter()
-        bar = tqdm(
-            total=self.cfg.steps,
-            initial=self.step,
-            disable=not progress,
-            unit="step",
-            dynamic_ncols=True,
-            leave=True,
-        )
+        bar = make_progress(progress, self.cfg.steps, self.step, every_s=progress_every_s)
         try:
             while self.step < self.cfg.steps and not self._stop:
                 t0 = time.perf_counter()
@@ -298,16 +369,16 @@ class Trainer:
                 if on_step is not None and on_step(self, loss):
                     self._stop = True
                 val = f"{self.val_losses[-1][1]:.3f}" if self.val_losses else "-"
-                bar.set_postfix_str(
-                    f"loss {loss:.3f} val {val} {tokens_per_step * steps_done / step_time:,.0f} "
-                    f"tok/s {1000 * step_time / steps_done:.0f} ms/step",
-                    refresh=False,
+                bar.update(
+                    self.step,
+                    f"loss {loss:.3f}, val {val}, {tokens_per_step * steps_done / step_time:,.0f} "
+                    f"tok/s, {1000 * step_time / steps_done:.0f} ms/step",
                 )
-                bar.update(1)
         finally:
             bar.close()
-            if previous is not None:
-                signal.signal(signal.SIGINT, previous)
+            for signum, handler in previous.items():
+                if handler is not None:  # None: installed outside Python, cannot be restored
+                    signal.signal(signum, handler)
         interrupted = self._stop and self.step < self.cfg.steps
         if saved_step != self.step:
             saved = self.save()
@@ -320,4 +391,5 @@ class Trainer:
             wall_s=time.perf_counter() - start,
             interrupted=interrupted,
             checkpoint=saved,
+            stop_signal=self._stop_signal if interrupted else None,
         )

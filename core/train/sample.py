@@ -12,6 +12,7 @@ import numpy as np
 from .. import creation
 from ..autograd import no_grad
 from ..nn import GPT
+from .checks import COUNT, NON_NEGATIVE
 from .tokenizer import CharTokenizer, DataError
 
 
@@ -44,6 +45,10 @@ def generate(
     """``prompt`` followed by ``tokens`` sampled characters."""
     if tokens < 0:
         raise DataError(f"[sample] tokens must be >= 0; got {tokens}")
+    NON_NEGATIVE.check("sample", "temperature", temperature)  # NaN would sample garbage
+    COUNT.check("sample", "seed", seed)
+    if top_k is not None:
+        COUNT.check("sample", "top_k", top_k)
     if not prompt:
         prompt = "\n" if "\n" in tokenizer.chars else tokenizer.chars[0]
     ids = list(tokenizer.encode(prompt))

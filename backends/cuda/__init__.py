@@ -1,0 +1,1 @@
+"""CUDA backend: shaders/ kernels compiled by NVRTC to CUBIN, run through cuda.bindings."""
