@@ -2,8 +2,11 @@
 
 Front ends: ``riftco conformance BACKEND[:DEVICE]`` (``cli.py``) and the pytest plugin
 (``pytest --pyargs riftco.conformance --backend=NAME``). Both plan the same cases
-(``suite.py``): protocol checks (``contract.py``), numeric cases for every primitive and
-fused op, forward and backward (``cases_*.py``, run by ``runner.py`` with hypothesis), the
-error contract (``contract.py``) and the end-to-end model hook (``model_check.py``).
-Tolerances live in one table (``tolerances.py``). See docs/BACKENDS.md.
+(``suite.py``) from the op units in ``riftco.ops``: protocol checks, the error contract and
+the domain checks (``contract.py``), numeric cases for every op with samples, forward and
+backward, native and composite (``runner.py``, parameters drawn with hypothesis through
+``draw.py``), the end-to-end model check (``model_check.py``) and per-op throughput
+(``throughput.py``). Reports: a table, JSON and a self-contained HTML certificate
+(``report.py``, ``html.py``). Needs the ``conformance`` extra (hypothesis). See
+docs/BACKENDS.md.
 """

@@ -1,62 +1,88 @@
-"""``riftco conformance BACKEND[:DEVICE]``: check a backend against the CPU float64 reference."""
+"""``riftco conformance BACKEND[:DEVICE]``: check a backend against the CPU float64 reference.
+
+The run always finishes: a case that crashes is that case's error, and the table, the
+JSON (``--json``) and the certificate (``--html``) are written at the end. While it runs,
+the JSON file is rewritten after every few cases with ``"complete": false``, so even a
+process killed by a crashing native kernel leaves a report that shows how far it got.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections.abc import Sequence
 from typing import Any
 
-from riftco.errors import RiftcoError
-
-from .expectations import ExpectationsError, for_backend
-from .report import explain, header, json_report, print_failures, row, summary_line
-from .results import CaseResult
-from .runner import DEFAULT_MAX_EXAMPLES, RunSettings
-from .suite import Target, resolve, run_target
+DEFAULT_MAX_EXAMPLES = 25  # mirrored in runner.py (importing it needs hypothesis)
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="riftco conformance",
-        description="Run every protocol op (forward and backward), the error contract and "
-        "the composite fallbacks on a backend, against the CPU backend in float64.",
+        description="Run every protocol op (forward and backward), the error contract, the "
+        "domain checks and the composite fallbacks on a backend, against the CPU backend in "
+        "float64, plus a tiny-transformer model check. Needs hypothesis "
+        "(pip install 'riftco[conformance]').",
     )
     p.add_argument("backend", help="backend name, optionally with a device index: opencl:1")
-    p.add_argument(
-        "--max-examples",
-        type=int,
-        default=DEFAULT_MAX_EXAMPLES,
-        metavar="N",
-        help="hypothesis-drawn examples per case, on top of the edge cases (default %(default)s)",
-    )
-    p.add_argument(
-        "--seed",
-        type=int,
-        default=None,
-        help="draw examples from this seed instead of the derandomised default",
-    )
-    p.add_argument(
-        "--ops",
-        default="",
-        metavar="PATTERNS",
-        help="comma-separated op names or case-id globs, e.g. 'softmax*,matmul'",
-    )
+    p.add_argument("--max-examples", type=int, default=DEFAULT_MAX_EXAMPLES, metavar="N",
+                   help="hypothesis-drawn examples per case, on top of the edge cases "
+                   "(default %(default)s)")  # fmt: skip
+    p.add_argument("--seed", type=int, default=None,
+                   help="draw examples from this seed instead of the derandomised default")
+    p.add_argument("--ops", default="", metavar="PATTERNS",
+                   help="comma-separated op names or case-id globs, e.g. 'softmax*,matmul'")
     p.add_argument("--json", metavar="PATH", help="write the JSON report here")
-    p.add_argument(
-        "--expectations",
-        metavar="PATH",
-        help="expectations file (JSON or TOML); default: the backend's own, if any",
-    )
+    p.add_argument("--html", metavar="PATH",
+                   help="write a self-contained HTML certificate here (no network, no scripts)")
+    p.add_argument("--throughput", action=argparse.BooleanOptionalAction, default=None,
+                   help="measure per-op GB/s and GFLOP/s (default: on with --html)")
+    p.add_argument("--expectations", metavar="PATH",
+                   help="expectations file (JSON or TOML); default: the backend's own, if any")
     p.add_argument("--strict", action="store_true", help="an xfail case that passes is a failure")
     p.add_argument("--quiet", "-q", action="store_true", help="print only failures and the summary")
-    return p
+    return p  # fmt: skip
+
+
+def _missing_hypothesis() -> str | None:
+    try:
+        import hypothesis  # noqa: F401
+    except ImportError:
+        return (
+            "riftco conformance needs hypothesis, which is not installed; "
+            "install it with: pip install 'riftco[conformance]'"
+        )
+    return None
+
+
+def _write(path: str, text: str) -> None:
+    """Atomically: a reader (or a crash) never sees half a report."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    os.replace(tmp, path)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    problem = _missing_hypothesis()
+    if problem:
+        print(f"riftco conformance: {problem}", file=sys.stderr)
+        return 2
+    from riftco.errors import RiftcoError
+    from riftco.ops.samples import Ctx
+
+    from . import throughput as tp
+    from .expectations import ExpectationsError, for_backend
+    from .html import render
+    from .report import explain, header, json_report, print_failures, row, summary_line
+    from .results import CaseResult
+    from .runner import RunSettings
+    from .suite import Target, resolve, run_target
+
     out = sys.stdout
     try:
         targets = resolve(args.backend)
@@ -66,7 +92,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     run = RunSettings(max_examples=args.max_examples, seed=args.seed)
     patterns = [p.strip() for p in args.ops.split(",") if p.strip()]
+    measure = args.throughput if args.throughput is not None else bool(args.html)
+    settings: dict[str, Any] = {
+        "max_examples": run.max_examples, "seed": run.seed, "derandomized": run.seed is None,
+        "ops": patterns, "strict": args.strict, "expectations": expectations.source,
+        "throughput": measure,
+    }  # fmt: skip
     done: list[tuple[Target, list[CaseResult], float]] = []
+    speeds: dict[str, list[dict[str, Any]]] = {}
+
+    def report(complete: bool) -> dict[str, Any]:
+        unmatched = [{"pattern": e.pattern, "status": e.status, "reason": e.reason}
+                     for e in expectations.unmatched()] if complete else []  # fmt: skip
+        return json_report(done, settings, unmatched, args.strict, speeds, complete)
+
     entry = targets[0].entry
     pv = ".".join(map(str, entry.protocol_version or ())) or "?"
     print(
@@ -77,6 +116,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     if expectations.source:
         print(f"expectations: {expectations.source}", file=out)
+    last_write = 0.0
     for target in targets:
         target.ops = patterns
         device = target.entry.devices()[target.index]
@@ -84,6 +124,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not args.quiet:
             print(header(), file=out)
         results: list[CaseResult] = []
+        done.append((target, results, 0.0))
         start = time.perf_counter()
         try:
             for res in run_target(target, run, expectations):
@@ -93,38 +134,40 @@ def main(argv: Sequence[str] | None = None) -> int:
                     if res.status != "pass":
                         print(explain(res), file=out)
                     out.flush()
-        except RiftcoError as exc:
+                if args.json and time.perf_counter() - last_write > 1.0:
+                    done[-1] = (target, results, time.perf_counter() - start)
+                    _write(args.json, _dumps(report(complete=False)))
+                    last_write = time.perf_counter()
+        except RiftcoError as exc:  # planning failed (backend could not start): no cases
             print(f"riftco conformance: {exc}", file=sys.stderr)
             return 2
+        if measure and target.backend is not None:
+            floats = target.float_dtypes()
+            ctx = Ctx(floats[0], floats, target.index_dtypes())
+            rows = tp.measure(target.backend, ctx, lambda op, t=target: t.wanted(op, op))
+            speeds[target.label] = [r.as_dict() for r in rows]
+            if not args.quiet:
+                print("\nthroughput (indicative; bench/ has the careful numbers)", file=out)
+                print(tp.table(rows), file=out)
         wall = time.perf_counter() - start
-        done.append((target, results, wall))
+        done[-1] = (target, results, wall)
         if args.quiet:
             print_failures(results, out, args.strict)
         print("\n" + summary_line(target.label, results, args.strict, wall), file=out)
-    unmatched = [
-        {"pattern": e.pattern, "status": e.status, "reason": e.reason}
-        for e in expectations.unmatched()
-    ]
-    for e in unmatched:
+    final = report(complete=True)
+    for e in final["unmatched_expectations"]:
         print(f"expectations: entry {e['pattern']!r} ({e['status']}) matched no case", file=out)
-    settings: dict[str, Any] = {
-        "max_examples": run.max_examples,
-        "seed": run.seed,
-        "derandomized": run.seed is None,
-        "ops": patterns,
-        "strict": args.strict,
-        "expectations": expectations.source,
-    }
-    report = json_report(done, settings, unmatched, args.strict)
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as fh:
-            json.dump(report, fh, indent=2, allow_nan=False, default=_jsonable)
+        _write(args.json, _dumps(final))
         print(f"JSON report: {args.json}", file=out)
-    return 0 if report["passed"] else 1
+    if args.html:
+        _write(args.html, render(final))
+        print(f"HTML certificate: {args.html}", file=out)
+    return 0 if final["passed"] else 1
 
 
-def _jsonable(x: Any) -> Any:
-    return str(x)
+def _dumps(report: dict[str, Any]) -> str:
+    return json.dumps(report, indent=2, allow_nan=False, default=str)
 
 
 if __name__ == "__main__":

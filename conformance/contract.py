@@ -1,10 +1,13 @@
-"""Protocol and error-contract cases.
+"""Protocol, error-contract and domain cases, all read from the op units.
 
-Protocol cases check what a backend declares: the protocol version, every required method,
-devices, capabilities, memory statistics. Error cases feed malformed operands to
-``riftco.ops`` with the backend wrapped in a *spy* that records every backend method call:
-each must raise a riftco error whose message starts with ``[op]`` and the spy must have
-seen no call at all (validation happens before dispatch).
+Protocol cases check what a backend declares: the protocol version, every required method
+and the arity of every method it defines (fused ones included) against the op unit's
+typed signature, devices, capabilities, memory statistics. Error cases feed each unit's
+malformed calls to ``riftco.ops`` with the backend wrapped in a *spy* that records every
+backend method call: each must raise a riftco error whose message starts with ``[op]``, and
+the spy must have seen no call at all (validation happens before dispatch). Domain cases
+feed out-of-range ids: a ``DomainError`` naming the op must come at the call or at the
+next sync point, and the backend must work normally afterwards.
 """
 
 from __future__ import annotations
@@ -16,7 +19,9 @@ from typing import Any
 
 import numpy as np
 import riftco
-from riftco.backend import FUSED_OPS, PRIMITIVE_OPS, PROTOCOL_VERSION, Capabilities, DeviceInfo
+from riftco.backend import PROTOCOL_VERSION, Capabilities, DeviceInfo
+from riftco.ops.samples import ErrorSample
+from riftco.ops.unit import OpUnit, units
 from riftco.tensor import Tensor
 
 from .results import CaseResult
@@ -33,7 +38,7 @@ class _SpyBase:
 
 
 def make_spy(backend: Any) -> Any:
-    """A stand-in backend with the same native ops, recording calls before forwarding them."""
+    """A stand-in backend with the same methods, recording calls before forwarding them."""
 
     def recorder(op: str) -> Callable[..., Any]:
         def method(self: _SpyBase, *args: Any, **kwargs: Any) -> Any:
@@ -42,145 +47,84 @@ def make_spy(backend: Any) -> Any:
 
         return method
 
-    ns = {
-        op: recorder(op) for op in PRIMITIVE_OPS + FUSED_OPS if callable(getattr(backend, op, None))
-    }
+    ns = {u.name: recorder(u.name) for u in units() if callable(getattr(backend, u.name, None))}
     return type(f"Spy{type(backend).__name__}", (_SpyBase,), ns)(backend)
 
 
 def _on(spy: Any, array: np.ndarray) -> Tensor:
     """Upload through the real backend, then rehome the tensor on the spy (no spy call)."""
-    t = spy._real.from_numpy(np.ascontiguousarray(array))
+    t = spy._real.from_numpy(np.array(array, order="C"))  # keeps 0-d arrays 0-d
     return Tensor(spy, t.storage, t.shape, t.strides, t.offset, t.dtype)
 
 
-# -- error cases ----------------------------------------------------------------------------------
-def _error_cases(backend: Any) -> list[tuple[str, str, Callable[[Any, Any], Any]]]:
-    """(name, op that must be named, thunk(spy, other_spy))."""
-    f = np.float32 if np.dtype(np.float32) in backend.dtypes else np.float64
-    idt = next((d for d in (np.int32, np.int64) if np.dtype(d) in backend.dtypes), None)
-    other_float = next((d for d in (np.float64, np.float32) if np.dtype(d) != np.dtype(f)), None)
+class SpyInputs:
+    """``ErrorInputs`` for a spied backend (see ``riftco.ops.samples``)."""
 
-    def z(s: Any, *shape: int) -> Tensor:
-        return _on(s, np.zeros(shape, dtype=f))
+    def __init__(self, spy: Any, other: Any) -> None:
+        self.backend, self._other = spy, other
+        dts = spy._real.dtypes
+        self.float_dtype = np.dtype(np.float32 if np.dtype(np.float32) in dts else np.float64)
+        self._index = next((np.dtype(d) for d in (np.int32, np.int64) if np.dtype(d) in dts), None)
+        others = [np.dtype(d) for d in (np.float64, np.float32) if np.dtype(d) != self.float_dtype]
+        self._other_float = next((d for d in others if d in dts), None)
+        missing = [np.dtype(d) for d in (np.float64, np.int64, np.float32, np.int32)]
+        self._unsupported = next((d for d in missing if d not in dts), None)
 
-    ops = riftco.ops
-    cases: list[tuple[str, str, Callable[[Any, Any], Any]]] = [
-        ("add_shape_mismatch", "add", lambda s, o: ops.add(z(s, 3, 4), z(s, 4, 3))),
-        ("mul_no_implicit_broadcast", "mul", lambda s, o: ops.mul(z(s, 3, 4), z(s, 1, 4))),
-        ("matmul_inner_dims", "matmul", lambda s, o: ops.matmul(z(s, 2, 3), z(s, 4, 5))),
-        (
-            "matmul_transpose_b_dims",
-            "matmul",
-            lambda s, o: ops.matmul(z(s, 2, 3), z(s, 3, 5), transpose_b=True),
-        ),
-        ("matmul_batch_dims", "matmul", lambda s, o: ops.matmul(z(s, 2, 2, 3), z(s, 3, 3, 4))),
-        ("matmul_rank_1", "matmul", lambda s, o: ops.matmul(z(s, 3), z(s, 3, 2))),
-        ("sum_axis_out_of_range", "sum", lambda s, o: ops.sum(z(s, 2, 3), 2)),
-        ("split_sizes", "split_last_axis", lambda s, o: ops.split_last_axis(z(s, 2, 5), [2, 2])),
-        (
-            "concatenate_leading",
-            "concatenate_last_axis",
-            lambda s, o: ops.concatenate_last_axis([z(s, 2, 3), z(s, 3, 3)]),
-        ),
-        (
-            "softmax_backward_shapes",
-            "softmax_backward",
-            lambda s, o: ops.softmax_backward(z(s, 2, 3), z(s, 2, 4)),
-        ),
-        (
-            "layer_norm_gamma_shape",
-            "layer_norm",
-            lambda s, o: ops.layer_norm(z(s, 2, 4), z(s, 3), z(s, 4)),
-        ),
-        (
-            "attention_qkv_shapes",
-            "attention",
-            lambda s, o: ops.attention(z(s, 1, 1, 4, 2), z(s, 1, 1, 5, 2), z(s, 1, 1, 4, 2), 1.0),
-        ),
-        (
-            "attention_rank",
-            "attention",
-            lambda s, o: ops.attention(z(s, 1, 4, 2), z(s, 1, 4, 2), z(s, 1, 4, 2), 1.0),
-        ),
-        (
-            "flash_backward_lse_shape",
-            "flash_attention_backward",
-            lambda s, o: ops.flash_attention_backward(*(z(s, 1, 1, 3, 2),) * 5, z(s, 1, 3), 1.0),
-        ),
-        (
-            "adam_update_shapes",
-            "adam_update",
-            lambda s, o: ops.adam_update(z(s, 3), z(s, 4), z(s, 3), z(s, 3), 0.1),
-        ),
-        ("mixed_devices_add", "add", lambda s, o: ops.add(z(s, 2, 2), z(o, 2, 2))),
-        ("mixed_devices_matmul", "matmul", lambda s, o: ops.matmul(z(s, 2, 2), z(o, 2, 2))),
-        (
-            "mixed_devices_layer_norm",
-            "layer_norm",
-            lambda s, o: ops.layer_norm(z(s, 2, 4), z(o, 4), z(s, 4)),
-        ),
-        ("float_ids_embedding", "embedding", lambda s, o: ops.embedding(z(s, 5, 3), z(s, 4))),
-        (
-            "float_targets_cross_entropy",
-            "cross_entropy",
-            lambda s, o: ops.cross_entropy(z(s, 4, 5), z(s, 4)),
-        ),
-    ]
-    if idt is not None:
+    def available(self) -> set[str]:
+        have = set()
+        if self._index is not None:
+            have.add("index")
+        if self._other_float is not None:
+            have.add("other_float")
+        if self._unsupported is not None:
+            have.add("unsupported")
+        return have
 
-        def ids(s: Any, *shape: int) -> Tensor:
-            return _on(s, np.zeros(shape, dtype=idt))
+    def f(self, *shape: int) -> Tensor:
+        return _on(self.backend, np.zeros(shape, dtype=self.float_dtype))
 
-        cases += [
-            ("exp_of_index_dtype", "exp", lambda s, o: ops.exp(ids(s, 3))),
-            ("matmul_index_dtype", "matmul", lambda s, o: ops.matmul(ids(s, 2, 2), ids(s, 2, 2))),
-            (
-                "cross_entropy_targets_shape",
-                "cross_entropy",
-                lambda s, o: ops.cross_entropy(z(s, 4, 5), ids(s, 3)),
-            ),
-            ("embedding_table_rank", "embedding", lambda s, o: ops.embedding(z(s, 5), ids(s, 2))),
-        ]
-    if other_float is not None and np.dtype(other_float) in backend.dtypes:
-        cases.append(
-            (
-                "add_mixed_float_dtypes",
-                "add",
-                lambda s, o: ops.add(z(s, 2), _on(s, np.zeros(2, dtype=other_float))),
-            )
-        )
-    for d in (np.float64, np.int64):
-        if np.dtype(d) not in backend.dtypes:
-            cases.append(
-                (
-                    f"cast_to_unsupported_{np.dtype(d).name}",
-                    "cast",
-                    lambda s, o, d=d: ops.cast(z(s, 2), d),
-                )
-            )
-            break
-    return cases
+    def i(self, *shape: int) -> Tensor:
+        assert self._index is not None
+        return _on(self.backend, np.zeros(shape, dtype=self._index))
+
+    def index_values(self, values: Any) -> Tensor:
+        assert self._index is not None
+        return _on(self.backend, np.asarray(values, dtype=self._index))
+
+    def other_device(self, *shape: int) -> Tensor:
+        return _on(self._other, np.zeros(shape, dtype=self.float_dtype))
+
+    def other_float(self, *shape: int) -> Tensor:
+        assert self._other_float is not None
+        return _on(self.backend, np.zeros(shape, dtype=self._other_float))
+
+    def unsupported_dtype(self) -> np.dtype:
+        assert self._unsupported is not None
+        return self._unsupported
 
 
 def error_cases(backend: Any) -> list[tuple[str, str, Callable[[], CaseResult]]]:
-    """(case id, op, run) for every error-contract case this backend's dtypes allow."""
-    return [
-        (f"errors/{name}", op, lambda n=name, o=op, t=thunk: _run_error(backend, n, o, t))
-        for name, op, thunk in _error_cases(backend)
-    ]
+    """(case id, op, run) for every error sample of every unit this backend can express."""
+    have = SpyInputs(make_spy(backend), make_spy(backend)).available()
+    out = []
+    for u in units():
+        for sample in u.errors:
+            if sample.needs <= have:
+                out.append((f"errors/{sample.name}", u.name,
+                            lambda s=sample: _run_error(backend, s)))  # fmt: skip
+    return out
 
 
-def _run_error(backend: Any, name: str, op: str, thunk: Callable[[Any, Any], Any]) -> CaseResult:
-    res = CaseResult(f"errors/{name}", op, "errors")
+def _run_error(backend: Any, sample: ErrorSample) -> CaseResult:
+    res = CaseResult(f"errors/{sample.name}", sample.op, "errors")
     spy, other = make_spy(backend), make_spy(backend)
     start = time.perf_counter()
     try:
-        thunk(spy, other)
+        sample.run(SpyInputs(spy, other))
     except riftco.RiftcoError as exc:
         msg = str(exc)
-        if not msg.startswith(f"[{op}]"):
-            res.status, res.reason = "fail", f"message does not start with '[{op}]': {msg}"
+        if not msg.startswith(f"[{sample.op}]"):
+            res.status, res.reason = "fail", f"message does not start with '[{sample.op}]': {msg}"
     except Exception as exc:
         res.status = "fail"
         res.reason = f"raised {type(exc).__name__} (not a riftco error): {exc}"
@@ -196,49 +140,110 @@ def _run_error(backend: Any, name: str, op: str, thunk: Callable[[Any, Any], Any
     return res
 
 
-# -- protocol cases -------------------------------------------------------------------------------
-def _signature_problems(cls: type) -> list[str]:
-    """Required methods whose positional arity differs from the protocol's."""
-    problems = []
-    for op in PRIMITIVE_OPS + FUSED_OPS:
-        mine, ref = getattr(cls, op, None), getattr(riftco.Backend, op, None)
-        if mine is None or ref is None or not callable(mine):
-            continue
+# -- domain cases ----------------------------------------------------------------------------------
+class _DeviceInputs(SpyInputs):
+    """Like ``SpyInputs`` but on the real backend: domain checks may need kernels to run."""
+
+    def __init__(self, backend: Any) -> None:
+        super().__init__(make_spy(backend), make_spy(backend))
+        self.backend = backend
+
+    def f(self, *shape: int) -> Tensor:
+        return riftco.ops.upload(self.backend, np.zeros(shape, dtype=self.float_dtype))
+
+    def index_values(self, values: Any) -> Tensor:
+        assert self._index is not None
+        return riftco.ops.upload(self.backend, np.asarray(values, dtype=self._index))
+
+
+def domain_cases(backend: Any) -> list[tuple[str, str, Callable[[], CaseResult]]]:
+    have = _DeviceInputs(backend).available()
+    out = []
+    for u in units():
+        for sample in u.domain:
+            if sample.needs <= have:
+                out.append((f"domain/{sample.name}", u.name,
+                            lambda s=sample: _run_domain(backend, s)))  # fmt: skip
+    return out
+
+
+def _sync(backend: Any, result: Any) -> None:
+    for t in result if isinstance(result, (tuple, list)) else (result,):
+        if isinstance(t, Tensor):
+            riftco.ops.download(t)
+    backend.synchronize()
+    riftco.ops.flush_deferred(backend)
+
+
+def _run_domain(backend: Any, sample: ErrorSample) -> CaseResult:
+    res = CaseResult(f"domain/{sample.name}", sample.op, "domain")
+    start = time.perf_counter()
+    raised: BaseException | None = None
+    try:
+        _sync(backend, sample.run(_DeviceInputs(backend)))
+    except BaseException as exc:  # noqa: BLE001 - anything else is this case's failure
+        raised = exc
+    if raised is None:
+        res.status, res.reason = "fail", "no DomainError at the call or at the next sync point"
+    elif not isinstance(raised, riftco.DomainError):
+        res.status = "fail"
+        res.reason = f"raised {type(raised).__name__}, expected DomainError: {raised}"
+    elif not str(raised).startswith(f"[{sample.op}]"):
+        res.status, res.reason = "fail", f"message does not start with '[{sample.op}]': {raised}"
+    else:  # the error must not stick: the next ordinary op works and reads back right
         try:
-            a, b = inspect.signature(mine), inspect.signature(ref)
-        except (TypeError, ValueError):
+            x = riftco.ops.upload(backend, np.arange(4, dtype=_DeviceInputs(backend).float_dtype))
+            got = riftco.ops.download(riftco.ops.add(x, x))
+            if not np.array_equal(got, 2 * np.arange(4)):
+                res.status, res.reason = "fail", f"after the DomainError, x + x gave {got}"
+        except BaseException as exc:  # noqa: BLE001
+            res.status = "fail"
+            res.reason = f"after the DomainError the backend still fails: {type(exc).__name__}: {exc}"
+    res.time_s = time.perf_counter() - start
+    return res
+
+
+# -- protocol cases -------------------------------------------------------------------------------
+def _positional(fn: Any) -> int | None:
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is p.VAR_POSITIONAL for p in sig.parameters.values()):
+        return None
+    return sum(1 for p in sig.parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
+
+
+def signature_problems(cls: type) -> list[str]:
+    """Methods whose positional arity differs from their op unit's protocol method."""
+    problems = []
+    for u in units():
+        mine = getattr(cls, u.name, None)
+        if mine is None or not callable(mine):
             continue
-        if any(p.kind is p.VAR_POSITIONAL for p in a.parameters.values()):
-            continue
-        if len(a.parameters) != len(b.parameters):
-            problems.append(f"{op}{a} (protocol: {op}{b})")
+        a, b = _positional(mine), _positional(u.method)
+        if a is not None and b is not None and a != b:
+            problems.append(f"{u.name}{inspect.signature(mine)} (protocol: {u.name}{inspect.signature(u.method)})")
     return problems
 
 
 def protocol_results(cls: type, backend: Any, device: DeviceInfo | None) -> list[CaseResult]:
-    checks: list[tuple[str, Callable[[], str]]] = []
-
     def version() -> str:
-        v = tuple(getattr(cls, "protocol_version", ()))
+        v = tuple(getattr(cls, "protocol_version", ()) or ())
         if len(v) != 2 or v[0] != PROTOCOL_VERSION[0] or v[1] > PROTOCOL_VERSION[1]:
             return f"declares protocol {v}; riftco implements {PROTOCOL_VERSION}"
         return ""
 
     def methods() -> str:
         missing = riftco.backend.missing_primitives(cls)
-        bad = _signature_problems(cls)
+        bad = signature_problems(cls)
         return "; ".join(
-            filter(
-                None,
-                [
-                    missing and f"missing: {', '.join(missing)}",
-                    bad and f"wrong arity: {', '.join(bad)}",
-                ],
-            )
-        )
+            filter(None, [missing and f"missing: {', '.join(missing)}",
+                          bad and f"wrong arity: {', '.join(bad)}"])
+        )  # fmt: skip
 
     def devices() -> str:
-        devs = cls.devices()
+        devs = cls.devices()  # type: ignore[attr-defined]
         if not devs or not all(isinstance(d, DeviceInfo) for d in devs):
             return f"devices() returned {devs!r}; expected a non-empty list of DeviceInfo"
         if [d.index for d in devs] != list(range(len(devs))):
@@ -246,10 +251,10 @@ def protocol_results(cls: type, backend: Any, device: DeviceInfo | None) -> list
         return ""
 
     def capabilities() -> str:
-        caps = cls.capabilities()
+        caps = cls.capabilities()  # type: ignore[attr-defined]
         if not isinstance(caps, Capabilities):
             return f"capabilities() returned {type(caps).__name__}, not Capabilities"
-        extra = set(caps.fused) - set(FUSED_OPS)
+        extra = set(caps.fused) - {u.name for u in units("fused")}
         floats = {d for d in caps.dtypes if np.dtype(d).kind == "f"}
         if extra or not floats:
             return f"unknown fused ops {sorted(extra)} or no float dtype in {caps.dtypes}"
@@ -263,7 +268,7 @@ def protocol_results(cls: type, backend: Any, device: DeviceInfo | None) -> list
         backend.synchronize()
         return ""
 
-    checks = [
+    checks: list[tuple[str, Callable[[], str]]] = [
         ("protocol_version", version),
         ("required_methods", methods),
         ("devices", devices),
@@ -283,3 +288,8 @@ def protocol_results(cls: type, backend: Any, device: DeviceInfo | None) -> list
         res.time_s = time.perf_counter() - start
         out.append(res)
     return out
+
+
+def numeric_units() -> list[OpUnit]:
+    """Units with samples, in protocol order."""
+    return [u for u in units() if u.samples is not None]

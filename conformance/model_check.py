@@ -13,9 +13,10 @@ from typing import Any
 
 import numpy as np
 
-from .compare import compare
+from riftco.ops.comparison import compare
+from riftco.ops.unit import Tolerance
+
 from .results import CaseResult
-from .tolerances import Tolerance
 
 #: A whole model accumulates every op's error; this is looser than any single op.
 MODEL_TOLERANCE = Tolerance(1e-3, 1e-3)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import platform
+import time
 from collections import Counter
 from typing import Any, TextIO
 
@@ -86,11 +87,32 @@ def print_failures(results: list[CaseResult], stream: TextIO, strict: bool) -> N
         print(explain(r), file=stream)
 
 
+def machine() -> dict[str, str]:
+    """Where the run happened: enough for someone else to reproduce or compare it."""
+    import numpy as np
+
+    cpu = platform.processor() or ""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            cpu = next((ln.split(":", 1)[1].strip() for ln in fh if ln.startswith("model name")), cpu)
+    except OSError:
+        pass
+    return {
+        "system": f"{platform.system()} {platform.release()}",
+        "machine": platform.machine(),
+        "cpu": cpu,
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+    }
+
+
 def json_report(
     targets: list[tuple[Target, list[CaseResult], float]],
     settings: dict[str, Any],
     unmatched: list[dict[str, str]],
     strict: bool,
+    throughput: dict[str, list[dict[str, Any]]] | None = None,
+    complete: bool = True,
 ) -> dict[str, Any]:
     first = targets[0][0].entry
     devices = []
@@ -105,6 +127,7 @@ def json_report(
                 "wall_time_s": round(wall, 3),
                 "summary": summary(results, strict),
                 "cases": [r.as_dict() for r in results],
+                "throughput": (throughput or {}).get(target.label, []),
             }
         )
     all_results = [r for _, results, _ in targets for r in results]
@@ -115,11 +138,14 @@ def json_report(
             "distribution_version": first.dist_version,
             "protocol_version": list(first.protocol_version or ()),
             "riftco_version": riftco.__version__,
+            "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
             "riftco_protocol_version": list(PROTOCOL_VERSION),
             "reference": "cpu float64",
             "python": platform.python_version(),
+            "machine": machine(),
+            "complete": complete,
             "settings": settings,
-            "passed": not any(r.failed(strict) for r in all_results),
+            "passed": complete and not any(r.failed(strict) for r in all_results),
             "summary": summary(all_results, strict),
             "unmatched_expectations": unmatched,
             "devices": devices,

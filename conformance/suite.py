@@ -15,12 +15,13 @@ import numpy as np
 import riftco
 from riftco.plugins import BackendEntry, get_registry
 
-from .cases import Ctx, all_specs
-from .contract import error_cases, protocol_results
+from riftco.ops.samples import Ctx
+
+from .contract import domain_cases, error_cases, numeric_units, protocol_results
 from .expectations import Expectations, glob_match
 from .model_check import model_results
 from .results import CaseResult
-from .runner import NumericCase, RunSettings, case_id
+from .runner import NumericCase, RunSettings, _crash, case_id
 
 REFERENCE = "cpu"
 
@@ -86,23 +87,25 @@ def plan(target: Target, run: RunSettings) -> list[PlannedCase]:
     planned = [PlannedCase("protocol", "protocol", lambda: protocol_results(cls, backend, device))]
     for dtype in target.float_dtypes():
         ctx = Ctx(dtype, target.float_dtypes(), target.index_dtypes())
-        for spec in all_specs():
+        for unit in numeric_units():
             modes = [False]
-            if spec.fused and riftco.ops.is_native(backend, spec.op):
+            if unit.fused and unit.is_native(backend):
                 modes.append(True)  # also run core's composite on this backend
             for forced in modes:
-                cid = case_id(spec, dtype, forced)
-                if not target.wanted(spec.op, cid):
+                cid = case_id(unit, dtype, forced)
+                if not target.wanted(unit.name, cid):
                     continue
-                if spec.needs_index and not ctx.index_dtypes:
+                assert unit.samples is not None
+                if unit.samples.needs_index and not ctx.index_dtypes:
                     reason = "backend declares no index dtype (int32 or int64)"
-                    planned.append(PlannedCase(cid, spec.op, _skipped(cid, spec.op, reason)))
+                    planned.append(PlannedCase(cid, unit.name, _skipped(cid, unit.name, reason)))
                     continue
-                case = NumericCase(spec, ctx, backend, target.reference, forced)
-                planned.append(PlannedCase(cid, spec.op, lambda c=case: [c.run(run)]))
-    for cid, op, run_one in error_cases(backend):
-        if target.wanted(op, cid) or target.wanted("errors", cid):
-            planned.append(PlannedCase(cid, op, lambda r=run_one: [r()]))
+                case = NumericCase(unit, ctx, backend, target.reference, forced)
+                planned.append(PlannedCase(cid, unit.name, lambda c=case: [c.run(run)]))
+    for group in (error_cases(backend), domain_cases(backend)):
+        for cid, op, run_one in group:
+            if target.wanted(op, cid) or target.wanted(cid.split("/")[0], cid):
+                planned.append(PlannedCase(cid, op, lambda r=run_one: [r()]))
     if target.wanted("tiny_transformer", "model/tiny_transformer"):
         planned.append(
             PlannedCase(
@@ -159,6 +162,16 @@ def run_target(
         if exp is not None:
             exp.matched -= 1
         start = time.perf_counter()
-        for res in planned.run():
+        for res in _run_safely(planned):
             res.time_s = res.time_s or time.perf_counter() - start
             yield apply_expectation(res, expectations)
+
+
+def _run_safely(planned: PlannedCase) -> list[CaseResult]:
+    """A case that raises (the model check included) is that case's error, never the run's."""
+    try:
+        return planned.run()
+    except Exception as exc:  # noqa: BLE001 - recorded, and the run goes on
+        group = planned.case_id.split("/")[0] if "/" in planned.case_id else "numeric"
+        res = CaseResult(planned.case_id, planned.op, group, status="error", reason=_crash(exc))
+        return [res]

@@ -10,19 +10,28 @@ from __future__ import annotations
 from importlib import metadata as _metadata
 
 from . import autograd, optim  # noqa: E402  (after Tensor: autograd builds on it)
-from . import tensor_ops as ops
+from . import ops
 from .autograd import Variable, no_grad  # noqa: E402
-from .backend import PROTOCOL_VERSION, Backend, BackendBase, Capabilities, DeviceInfo
+from .backend import (
+    PROTOCOL_VERSION,
+    Backend,
+    BackendBase,
+    Capabilities,
+    DeviceInfo,
+    FusedBackend,
+)
 from .creation import arange, full, ones, randn, tensor, zeros
 from .device import Device, default_device, device, get_default_device
 from .dtypes import float32, float64, int32, int64
 from .errors import (
+    BackendContractError,
     BackendUnavailableError,
     DeviceMismatchError,
     DomainError,
     DTypeError,
     GradientError,
     KernelCompileError,
+    OutOfMemoryError,
     PluginError,
     RiftcoError,
     ShapeError,
@@ -43,11 +52,11 @@ from . import shadow as _shadow  # noqa: E402,F401  (RIFTCO_VALIDATE=cpu: shadow
 
 __all__ = [
     "autograd", "optim", "Variable", "no_grad",
-    "PROTOCOL_VERSION", "Backend", "BackendBase", "Capabilities", "DeviceInfo", "Tensor",
+    "PROTOCOL_VERSION", "Backend", "BackendBase", "FusedBackend", "Capabilities", "DeviceInfo", "Tensor",
     "Device", "device", "default_device", "get_default_device", "get_registry", "register",
     "hookimpl", "hookspec", "ops", "tensor", "zeros", "ones", "full", "arange", "randn",
     "float32", "float64", "int32", "int64",
     "RiftcoError", "ShapeError", "DTypeError", "DeviceMismatchError", "BackendUnavailableError",
     "UnknownBackendError", "PluginError", "StaleGraphError", "GradientError", "DomainError",
-    "KernelCompileError", "ValidationError",
+    "KernelCompileError", "ValidationError", "BackendContractError", "OutOfMemoryError",
 ]  # fmt: skip

@@ -15,7 +15,10 @@ from .device import Device
 from .device import device as _device
 from .dtypes import as_dtype, float32, int32
 from .errors import DTypeError, ShapeError
+from .ops import allocate, fill_, full_like, upload
 from .tensor import Tensor
+
+__all__ = ["tensor", "full", "full_like", "zeros", "ones", "arange", "randn"]
 
 
 def _upload(array: np.ndarray, dev: str | Device | None, op: str) -> Tensor:
@@ -26,8 +29,7 @@ def _upload(array: np.ndarray, dev: str | Device | None, op: str) -> Tensor:
             f"[{op}] backend {backend.name!r} does not support {array.dtype.name} "
             f"(supports {names}); pass dtype= explicitly"
         )
-    # NOTE: not np.ascontiguousarray, which turns a 0-d array into shape (1,)
-    return backend.from_numpy(np.asarray(array, order="C"))
+    return upload(backend, array)
 
 
 def _shape(shape: Sequence[int] | int) -> tuple[int, ...]:
@@ -60,22 +62,12 @@ def full(
 ) -> Tensor:
     dt = as_dtype(dtype, "full")
     backend = _device(device).backend
+    dims = _shape(shape)
+    if any(d < 0 for d in dims):
+        raise ShapeError(f"[full] dims must be >= 0; got shape {dims}")
     if dt not in backend.dtypes:
-        return _upload(np.full(_shape(shape), value, dtype=dt), device, "full")
-    out = backend.allocate(_shape(shape), dt)
-    backend.fill(out, float(value))
-    return out
-
-
-def full_like(like: Tensor, value: float, shape: Sequence[int] | None = None) -> Tensor:
-    """``value`` everywhere, on ``like``'s backend and in its dtype (its shape by default).
-
-    A device fill with no upload and no validation: raw ops, composites and compiled
-    objectives use it for the constants they combine with an operand they already checked.
-    """
-    out = like.backend.allocate(like.shape if shape is None else tuple(shape), like.dtype)
-    like.backend.fill(out, float(value))
-    return out
+        return _upload(np.full(dims, value, dtype=dt), device, "full")
+    return fill_(allocate(backend, dims, dt), value)
 
 
 def zeros(

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from . import tensor as _tensor
 from .errors import UnknownBackendError
 from .plugins import get_registry
 
@@ -84,3 +86,6 @@ def default_device(spec: str | Device) -> Iterator[Device]:
         yield dev
     finally:
         stack.pop()
+
+
+_tensor.LAYERS.devices = sys.modules[__name__]  # Tensor.to() and Tensor.device resolve here

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from . import tensor_ops as ops
+from . import ops
 from .autograd import Variable
 from .errors import DTypeError, ShapeError
 from .tensor import Tensor

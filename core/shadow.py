@@ -1,78 +1,103 @@
 """Shadow validation: re-run every op of a live program on the CPU reference.
 
 ``RIFTCO_VALIDATE=cpu`` (read when riftco is imported) or :func:`enable` installs a
-validator in ``tensor_ops``; after each backend call it copies the inputs down to the CPU
-backend in float64, runs the same backend method there and raises
-:class:`~riftco.errors.ValidationError` at the first output that diverges beyond the
-conformance tolerance, naming the op, the shapes and the error. It is the tool for "my
-training run goes wrong on this GPU": the first bad kernel is named, not the last NaN.
+validator in ``riftco.ops.dispatch``. Before each native backend call it copies the inputs
+to the CPU backend in float64, reading each tensor's storage as raw bytes (so a broken
+``copy_strided`` cannot corrupt the reference's inputs); after the call it runs the same
+method there and raises :class:`~riftco.errors.ValidationError` at the first output that
+diverges, naming the op, the shapes and the error. It is the tool for "my training run
+goes wrong on this GPU": the first bad kernel is named, not the last NaN.
 
-Off by default and free when off: ``tensor_ops._call`` tests one module global. Ops on the
-CPU backend itself are not shadowed (it *is* the reference), nor are in-place ops (``fill``,
-``adam_update``) whose inputs are already overwritten when the validator runs.
+Tolerances are the op unit's, with ``atol`` relative to each output's own scale (live
+data is less tame than test data) and a slack factor (``RIFTCO_VALIDATE_SLACK``). In-place
+ops (``fill``, ``adam_update``) are compared on the tensors they write. Off by default and
+free when off: dispatch tests one module global. Ops on the CPU backend itself are not
+shadowed (it *is* the reference).
 """
 
 from __future__ import annotations
 
+import inspect
 import os
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from . import tensor_ops
+from .device import Device
 from .errors import ValidationError
+from .ops import dispatch  # the module: its ``validator`` global is the hook
+from .ops.comparison import compare
+from .ops.primitive.memory import host_view
+from .ops.unit import OpUnit, Tolerance
 from .tensor import Tensor
 
 REFERENCE = "cpu"
-IN_PLACE_OPS = frozenset({"fill", "adam_update"})
 _ENV = "RIFTCO_VALIDATE"
 _SLACK_ENV = "RIFTCO_VALIDATE_SLACK"
 
 
 class ShadowValidator:
-    """Callable installed as ``tensor_ops.validator``; counts what it checked."""
+    """Installed as ``riftco.ops.dispatch.validator``; counts what it checked."""
 
     def __init__(self, slack: float = 1.0) -> None:
-        self.slack = slack  # multiplies every tolerance: live data is less tame than tests
+        self.slack = slack
         self.checked = 0
 
-    def __call__(self, op: str, backend: Any, args: tuple[Any, ...], out: Any) -> None:
-        if backend.name == REFERENCE or op in IN_PLACE_OPS:
-            return
-        from .device import Device
-
+    def before(self, unit: OpUnit, backend: Any, args: Sequence[Any]) -> Any:
+        if backend.name == REFERENCE:
+            return None
         ref = Device(REFERENCE, 0).backend
-        ref_args = [_down(a, ref) for a in args]
-        expected = getattr(ref, op)(*ref_args)
-        got_list, exp_list = _flat(out), _flat(expected)
+        return ref, [_down(a, ref) for a in args]
+
+    def after(self, unit: OpUnit, backend: Any, args: Sequence[Any], out: Any, state: Any) -> None:
+        if state is None:
+            return
+        ref, ref_args = state
+        expected = getattr(ref, unit.name)(*ref_args)
+        if unit.in_place:
+            positions = _written(unit)
+            got = [host_view(args[i]) for i in positions]
+            want = [ref_args[i].numpy() for i in positions]
+        else:
+            got, want = _flat(out), _flat(expected)
         self.checked += 1
-        for i, (g, e) in enumerate(zip(got_list, exp_list, strict=False)):
-            message = _diverges(op, g, e, self.slack)
-            if message:
-                shapes = ", ".join(_describe(a) for a in args)
-                where = f"output {i}" if len(got_list) > 1 else "output"
+        shapes = ", ".join(_describe(a) for a in args)
+        who = f"backend {backend.name}:{backend.device_index}"
+        if len(got) != len(want):
+            raise ValidationError(
+                f"[{unit.name}] shadow validation: {who} returned {len(got)} outputs, the "
+                f"cpu reference {len(want)}; inputs: {shapes}"
+            )
+        names = unit.outputs if len(unit.outputs) == len(got) else [f"output {i}" for i in range(len(got))]
+        for name, g, e in zip(names, got, want, strict=True):
+            problem = _diverges(unit, g, e, self.slack)
+            if problem:
                 raise ValidationError(
-                    f"[{op}] shadow validation: backend {backend.name}:{backend.device_index} "
-                    f"diverges from the cpu float64 reference; {where} {tuple(g.shape)} "
-                    f"{g.dtype}: {message}; inputs: {shapes}"
+                    f"[{unit.name}] shadow validation: {who} diverges from the cpu float64 "
+                    f"reference; {name} {tuple(g.shape)} {g.dtype}: {problem}; inputs: {shapes}"
                 )
 
 
+def _written(unit: OpUnit) -> list[int]:
+    """Argument positions an in-place op writes: its outputs are named like its parameters."""
+    params = list(inspect.signature(unit.method).parameters)[1:]  # drop self
+    return [params.index(name) for name in unit.outputs]
+
+
 def _down(a: Any, ref: Any) -> Any:
-    """Copy one argument to the reference: float tensors widen to float64, lists recurse."""
+    """One argument on the reference: float tensors widen to float64, lists recurse."""
     if isinstance(a, Tensor):
-        arr = a.numpy()
+        arr = host_view(a)
         return ref.from_numpy(arr.astype(np.float64) if arr.dtype.kind == "f" else arr)
     if isinstance(a, (list, tuple)):
         return type(a)(_down(x, ref) for x in a)
-    if isinstance(a, np.dtype):
-        return a
     return a
 
 
 def _flat(out: Any) -> list[np.ndarray]:
     if isinstance(out, Tensor):
-        return [out.numpy()]
+        return [host_view(out)]
     if isinstance(out, (list, tuple)):
         return [x for o in out for x in _flat(o)]
     return []
@@ -86,16 +111,15 @@ def _describe(a: Any) -> str:
     return repr(a)
 
 
-def _diverges(op: str, got: np.ndarray, expected: np.ndarray, slack: float) -> str:
-    from riftco.conformance.compare import compare
-    from riftco.conformance.tolerances import Tolerance, tolerance
-
+def _diverges(unit: OpUnit, got: np.ndarray, expected: np.ndarray, slack: float) -> str:
     if got.shape != expected.shape:
         return f"shape {got.shape}, reference {expected.shape}"
-    tol = tolerance(op, got.dtype)
-    mag = float(np.max(np.abs(expected[np.isfinite(expected)]), initial=1.0))
-    # accumulating ops on live data: scale atol by the result's magnitude, then the slack
-    tol = Tolerance(tol.atol * max(1.0, mag) * slack, tol.rtol * slack)
+    if got.dtype.kind != np.asarray(expected).dtype.kind and got.dtype.kind != "f":
+        return f"dtype {got.dtype}, reference {expected.dtype}"
+    tol = unit.tolerance.for_dtype(got.dtype)
+    finite = np.abs(expected[np.isfinite(expected)]) if expected.size else np.zeros(0)
+    scale = float(finite.max()) if finite.size else 1.0
+    tol = Tolerance(tol.atol * max(1.0, scale) * slack, tol.rtol * slack)
     comp = compare("out", got, expected, tol)
     return "" if comp.ok else comp.describe().removeprefix("out: ")
 
@@ -109,18 +133,18 @@ def enable(reference: str = REFERENCE, slack: float = 1.0) -> ShadowValidator:
     if reference != REFERENCE:
         raise ValueError(f"[shadow] the only reference is {REFERENCE!r}; got {reference!r}")
     _installed = ShadowValidator(slack)
-    tensor_ops.validator = _installed
+    dispatch.validator = _installed
     return _installed
 
 
 def disable() -> None:
     global _installed
     _installed = None
-    tensor_ops.validator = None
+    dispatch.validator = None
 
 
 def is_enabled() -> bool:
-    return tensor_ops.validator is not None
+    return dispatch.validator is not None
 
 
 def install_from_env() -> None:

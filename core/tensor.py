@@ -142,6 +142,8 @@ class Tensor:
 
     @property
     def is_contiguous(self) -> bool:
+        if 0 in self.shape:  # an empty tensor has no element out of place
+            return True
         expected = 1
         for dim, stride in zip(reversed(self.shape), reversed(self.strides), strict=True):
             if dim != 1 and stride != expected:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
-import riftco.tensor_ops as ops
+import riftco.ops as ops
 
 Case = Callable[[object, np.random.Generator, np.dtype], tuple[np.ndarray, np.ndarray, float]]
 CASES: dict[str, Case] = {}

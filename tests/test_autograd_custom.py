@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import riftco
 from riftco import autograd as ag
-from riftco import tensor_ops as ops
+from riftco import ops
 from riftco.autograd import Variable
 from riftco.errors import DeviceMismatchError, GradientError
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import riftco
 from riftco import autograd as ag
-from riftco import tensor_ops as ops
+from riftco import ops
 from riftco.autograd import Variable, gradcheck
 from riftco.errors import GradientError
 

@@ -94,7 +94,7 @@ def test_call_before_validation_is_caught(
     registry: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """If core stopped validating shapes, the spy sees the backend called and the case fails."""
-    monkeypatch.setattr(riftco.tensor_ops, "_same_shape", lambda op, *xs: None)
+    monkeypatch.setattr(riftco.ops.checks, "same_shape", lambda op, *xs: None)
     rc, report = _run(tmp_path, ["cpu", "--ops", "errors/add_shape_mismatch"])
     assert rc == 1
     case = _cases(report)["errors/add_shape_mismatch"]

@@ -11,8 +11,13 @@ import numpy as np
 import pytest
 from riftco.backend import FUSED_OPS, PRIMITIVE_OPS
 from riftco.conformance import expectations as ex
-from riftco.conformance.compare import compare
-from riftco.conformance.tolerances import EXACT, Tolerance, tolerance
+from riftco.ops import unit
+from riftco.ops.comparison import compare
+from riftco.ops.unit import EXACT, Tolerance
+
+
+def tolerance(op: str, dtype: str) -> Tolerance:
+    return unit(op).tolerance.for_dtype(dtype)
 
 
 def test_compare_counts_mismatches_and_finds_the_worst() -> None:
@@ -44,6 +49,14 @@ def test_compare_nan_and_inf_must_match_exactly() -> None:
         [np.nan, np.inf, -np.inf, np.nan],
     ):
         assert not compare("y", np.array(bad), e, Tolerance(1.0, 1.0)).ok
+
+
+def test_compare_rounds_the_reference_to_the_output_dtype() -> None:
+    """exp(100) overflows float32: inf is the right float32 answer, a finite value is not."""
+    e = np.array([np.exp(100.0), 1e-50])
+    assert compare("y", np.array([np.inf, 0.0], dtype=np.float32), e, EXACT).ok
+    assert not compare("y", np.array([3.4e38, 0.0], dtype=np.float32), e, Tolerance(1, 1)).ok
+    assert not compare("y", np.array([np.inf, 0.0]), e, Tolerance(1e-6, 1e-6)).ok  # float64
 
 
 def test_compare_reports_shape_and_dtype_problems() -> None:

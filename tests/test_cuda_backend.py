@@ -205,7 +205,7 @@ def test_primitive_on_cuda_irregular_groups(cuda_backends, name, group):
 
 @needs_gpu
 def test_wide_matmul_runs_on_cuda(cuda_backends, monkeypatch):
-    import riftco.tensor_ops as ops
+    import riftco.ops as ops
 
     backend = cuda_backends()
     monkeypatch.setenv(runtime.WIDE_ENV, "1")

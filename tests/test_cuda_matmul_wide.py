@@ -45,7 +45,7 @@ def wide_backends():
 @pytest.mark.parametrize("group", [256, 96, 352])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_matmul_wide_matches_numpy(wide_backends, group, dtype):
-    import riftco.tensor_ops as ops
+    import riftco.ops as ops
 
     backend = wide_backends(group)
     if np.dtype(dtype) not in backend.dtypes:
@@ -67,7 +67,7 @@ def test_matmul_wide_matches_numpy(wide_backends, group, dtype):
 
 def test_wide_path_is_opt_in():
     """Runtimes without ``matmul_wide_min_tiles`` (OpenCL, Metal) keep their kernels."""
-    import riftco.tensor_ops as ops
+    import riftco.ops as ops
     from riftco.backends.opencl.backend import OpenCLBackend
 
     backend = OpenCLBackend(0)

@@ -1,4 +1,4 @@
-"""Fused kernels through the real OpenCL backend (``riftco.fused_ops`` -> KernelBackend).
+"""Fused kernels through the real OpenCL backend (``riftco.ops`` -> KernelBackend).
 
 ``test_fused_kernels.py`` sweeps every kernel on a bare harness; this file checks the
 wiring: ops dispatch natively, validation runs first, launches never read back, and the
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from fused_reference import attention_ref, gelu_ref, softmax_ref
 from helpers import assert_close
-from riftco import fused_ops as F
+from riftco import ops as F
 from riftco.errors import ShapeError
 
 pytest.importorskip("pyopencl", reason="pyopencl is not installed (test extra)")

@@ -121,7 +121,7 @@ def test_primitive_on_standin(metal, name):
 
 @needs_cl
 def test_standin_follows_metal_dispatch_rules(metal):
-    import riftco.tensor_ops as ops
+    import riftco.ops as ops
     from riftco.backends.metal import standin
 
     x = metal.from_numpy(np.arange(1000, dtype=np.float32).reshape(10, 100))
@@ -152,7 +152,7 @@ def test_standin_env_makes_backend_available(monkeypatch):
 @needs_cl
 def test_standin_waits_before_host_reads(metal):
     """A download right after many queued launches sees all of them (handles waited)."""
-    import riftco.tensor_ops as ops
+    import riftco.ops as ops
 
     x = metal.from_numpy(np.zeros(5000, dtype=np.float32))
     for _ in range(50):

@@ -73,7 +73,7 @@ def test_cpu_device_uses_cpu_shaped_kernels(backends):
     backend = backends()
     if not backend.runtime.is_cpu:
         pytest.skip("the device is a GPU: the CPU-shaped kernels are not chosen")
-    import riftco.tensor_ops as ops
+    import riftco.ops as ops
 
     a = backend.from_numpy(np.arange(24 * 40, dtype=np.float32).reshape(24, 40) / 100)
     got = ops.matmul(a, a, False, True).numpy()
@@ -98,7 +98,7 @@ def test_chain_of_ops_never_downloads(backends):
     x = backend.from_numpy(np.linspace(-2, 2, 4096, dtype=np.float32).reshape(64, 64))
     w = backend.from_numpy(np.eye(64, dtype=np.float32) * 0.5)
     backend.reset_transfer_stats()
-    import riftco.tensor_ops as ops
+    import riftco.ops as ops
 
     y = x
     for _ in range(5):
@@ -121,7 +121,7 @@ def test_chain_of_ops_never_downloads(backends):
 def test_allocator_reuses_freed_buffers(backends):
     backend = backends()
     x = backend.from_numpy(np.ones((100, 100), dtype=np.float32))
-    import riftco.tensor_ops as ops
+    import riftco.ops as ops
 
     for _ in range(3):  # warm: the pool now holds a buffer of this size class
         ops.exp(x)
@@ -142,7 +142,7 @@ def test_allocator_reuses_freed_buffers(backends):
 
 def test_param_buffers_are_cached(backends):
     backend = backends()
-    import riftco.tensor_ops as ops
+    import riftco.ops as ops
 
     x = backend.from_numpy(np.ones(777, dtype=np.float32))
     ops.mul_scalar(x, 3.0)

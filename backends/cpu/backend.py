@@ -165,7 +165,11 @@ class CPUBackend(FusedOps, BackendBase):
         with np.errstate(divide="ignore", invalid="ignore"):
             if float(value).is_integer() and value >= 0:
                 return self.result(np.power(view(x), int(value)), x.dtype)
-            return self.result(np.power(view(x), x.dtype.type(value)))
+            v = view(x)
+            out = np.power(v, x.dtype.type(value))
+            if value > 0 and not float(value).is_integer():  # C99/IEEE: pow(-inf, y) = +inf
+                out = np.where(np.isneginf(v), np.inf, out)  # (numpy says NaN)
+            return self.result(out, x.dtype)
 
     def where(self, cond: Tensor, a: Tensor, b: Tensor) -> Tensor:
         return self.result(np.where(view(cond) != 0, view(a), view(b)), a.dtype)
@@ -174,7 +178,20 @@ class CPUBackend(FusedOps, BackendBase):
         return self.result(_COMPARE[op](view(a), view(b)), a.dtype)
 
     def cast(self, x: Tensor, dtype: np.dtype) -> Tensor:
-        return self.result(view(x).astype(dtype))
+        v = view(x)
+        if dtype.kind != "i":  # to float: round to nearest, overflow to +-inf
+            with np.errstate(over="ignore"):
+                return self.result(v.astype(dtype))
+        # to int: truncate toward zero, saturate to the range, NaN -> 0
+        info = np.iinfo(dtype)
+        t = np.trunc(v) if v.dtype.kind == "f" else v
+        out = np.zeros(v.shape, dtype=dtype)
+        with np.errstate(invalid="ignore"):
+            out[t >= info.max] = info.max
+            out[t <= info.min] = info.min
+            inside = (t > info.min) & (t < info.max)  # False for NaN
+        out[inside] = t[inside].astype(dtype)
+        return self.result(out)
 
     # -- reductions -----------------------------------------------------------------------------
     def sum(self, x: Tensor, axes: tuple[int, ...], keepdims: bool) -> Tensor:

@@ -123,7 +123,7 @@ class FusedOps:
         c = dy.shape[-1]
         out = np.zeros((num_embeddings, c), dtype=dy.dtype)
         # np.add.at applies updates in index order: deterministic, repeated ids accumulate.
-        np.add.at(out, _v(ids).reshape(-1), _v(dy).reshape(-1, c))
+        np.add.at(out, _v(ids).reshape(-1), _v(dy).reshape(ids.size, c))
         return self.result(out)
 
     def cross_entropy(self, logits: Tensor, targets: Tensor) -> tuple[Tensor, Tensor]:

@@ -18,7 +18,8 @@ def pairwise_sum(x: np.ndarray, axes: Sequence[int], keepdims: bool = False) -> 
     """``x`` summed over ``axes`` (non-negative, distinct), in ``x``'s own dtype."""
     axes = tuple(axes)
     kept = tuple(d for i, d in enumerate(x.shape) if i not in axes)
-    rows = np.moveaxis(x, axes, tuple(range(len(axes)))).reshape((-1, *kept))
+    n = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
+    rows = np.moveaxis(x, axes, tuple(range(len(axes)))).reshape((n, *kept))
     while len(rows) > 1:
         half = len(rows) // 2
         with np.errstate(invalid="ignore", over="ignore"):  # IEEE: inf + -inf = NaN

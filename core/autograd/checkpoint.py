@@ -24,7 +24,7 @@ an op inside the region reads (``graph._Reads``) with its version, and the node'
 ``precheck`` compares them during backward's validation phase, before any rule runs or
 any gradient changes. The log keeps weak references only, so it holds no memory: a
 tensor that died cannot be read by the replay either. It sees what goes through autograd
-ops; a tensor ``fn`` touches only through raw ``tensor_ops`` is beyond it.
+ops; a tensor ``fn`` touches only through raw ``riftco.ops`` is beyond it.
 """
 
 from __future__ import annotations

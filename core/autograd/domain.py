@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import tensor_ops as ops
+from .. import ops
 from ..errors import DomainError
 from ..tensor import Tensor
 

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from .. import tensor_ops as ops
+from .. import ops
 from ..errors import DeviceMismatchError, DTypeError, GradientError, ShapeError, StaleGraphError
 from ..tensor import Tensor
 from . import domain

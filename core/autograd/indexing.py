@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import tensor_ops as ops
-from ..creation import full_like
+from .. import ops
+from ..ops import full_like
 from ..tensor import Tensor
 from .graph import Variable, make
 from .operations import _reshape, pad_last_axis

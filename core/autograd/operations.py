@@ -1,9 +1,11 @@
-"""Differentiable arithmetic, reductions and layout ops, each with its VJP right below.
+"""Differentiable arithmetic, reductions and layout ops: the Variable-level front.
 
-Forward and backward call only raw ``tensor_ops`` (or zero-cost Tensor views), so all the
-numerical work stays on the operands' backend and no graph is built during backward.
-Elementwise ops need equal shapes: broadcasting is the explicit ``broadcast_to`` node,
-whose VJP is ``sum_to_shape``. Rules capture forward *tensors*, never their output node.
+Each op's VJP lives in its op unit (``riftco.ops``), next to the op; here ``apply`` records
+it, after the conveniences only autograd has: Python numbers on either side, domain checks
+(``log``/``sqrt`` need positive input), and the layout ops that are Tensor views (no
+kernel, so their VJP is written below). Forward and backward call only raw ops or views,
+so all numerical work stays on the operands' backend and no graph is built in backward.
+Broadcasting is the explicit ``broadcast_to`` node, whose VJP is ``sum_to_shape``.
 """
 
 from __future__ import annotations
@@ -15,23 +17,17 @@ from typing import Any
 
 import numpy as np
 
-from .. import tensor_ops as ops
-from ..creation import full_like
+from .. import ops
 from ..errors import DTypeError
+from ..ops.primitive import binary, layout, matmul as _matmul, reduce, unary
 from ..tensor import Tensor, _parse_shape
 from . import domain
+from .apply import apply, as_variable
 from .graph import Variable, make
 
 _NUMBER = (int, float, np.integer, np.floating)
 
-
-def as_variable(x: Any, op: str) -> Variable:
-    """Variables pass through; a raw Tensor becomes a constant (no gradient) leaf."""
-    if isinstance(x, Variable):
-        return x
-    if isinstance(x, Tensor):
-        return Variable(x)
-    raise DTypeError(f"[{op}] expects a Variable or Tensor; got {type(x).__name__}")
+__all__ = ["as_variable"]
 
 
 def _reshape(g: Tensor, shape: tuple[int, ...]) -> Tensor:
@@ -40,169 +36,115 @@ def _reshape(g: Tensor, shape: tuple[int, ...]) -> Tensor:
     return (g if g.is_contiguous else g.contiguous()).reshape(shape)
 
 
-# -- binary arithmetic (equal shapes) ------------------------------------------------------------
+# -- binary arithmetic (equal shapes; a Python number on either side) -------------------------------
 def add(a: Any, b: Any) -> Variable:
     if isinstance(b, _NUMBER):
-        y = ops.add_scalar(a._value, b)  # type: ignore[arg-type]  # numpy scalars pass too
-        return make(y, "add_scalar", (a,), lambda g: (g,))
-    a, b = as_variable(a, "add"), as_variable(b, "add")
-    return make(ops.add(a._value, b._value), "add", (a, b), lambda g: (g, g))
+        return apply(binary.ADD_SCALAR, a, float(b))
+    return apply(binary.ADD, a, b)
 
 
 def sub(a: Any, b: Any) -> Variable:
     if isinstance(b, _NUMBER):
-        y = ops.add_scalar(a._value, -b)  # type: ignore[arg-type]
-        return make(y, "sub_scalar", (a,), lambda g: (g,))
-    a, b = as_variable(a, "sub"), as_variable(b, "sub")
-    return make(ops.sub(a._value, b._value), "sub", (a, b), lambda g: (g, ops.neg(g)))
+        return apply(binary.ADD_SCALAR, a, -float(b))
+    return apply(binary.SUB, a, b)
 
 
 def rsub(a: Variable, b: Any) -> Variable:
     """``b - a``."""
     if isinstance(b, _NUMBER):
-        y = ops.add_scalar(ops.neg(a._value), b)  # type: ignore[arg-type]
-        return make(y, "rsub_scalar", (a,), lambda g: (ops.neg(g),))
+        return apply(binary.ADD_SCALAR, apply(unary.NEG, a), float(b))
     return sub(as_variable(b, "sub"), a)
 
 
 def mul(a: Any, b: Any) -> Variable:
     if isinstance(b, _NUMBER):
-        c = float(b)
-        return make(
-            ops.mul_scalar(a._value, c), "mul_scalar", (a,), lambda g: (ops.mul_scalar(g, c),)
-        )
-    a, b = as_variable(a, "mul"), as_variable(b, "mul")
-    av, bv = a._value, b._value
-    need_a, need_b = a.requires_grad, b.requires_grad
-
-    def rule(g: Tensor) -> tuple[Tensor | None, Tensor | None]:
-        return (ops.mul(g, bv) if need_a else None, ops.mul(g, av) if need_b else None)
-
-    return make(ops.mul(av, bv), "mul", (a, b), rule)
+        return apply(binary.MUL_SCALAR, a, float(b))
+    return apply(binary.MUL, a, b)
 
 
 def div(a: Any, b: Any) -> Variable:
     if isinstance(b, _NUMBER):
         return mul(a, 1.0 / float(b))
-    a, b = as_variable(a, "div"), as_variable(b, "div")
-    bv = b._value
-    y = ops.div(a._value, bv)
-    need_b = b.requires_grad
-
-    def rule(g: Tensor) -> tuple[Tensor, Tensor | None]:
-        ga = ops.div(g, bv)  # d(a/b)/db = -(a/b)/b, so gb = -ga * y
-        return ga, ops.neg(ops.mul(ga, y)) if need_b else None
-
-    return make(y, "div", (a, b), rule)
+    return apply(binary.DIV, a, b)
 
 
 def rdiv(a: Variable, b: Any) -> Variable:
     """``b / a``."""
     if isinstance(b, _NUMBER):
-        av = a._value
-        y = ops.mul_scalar(ops.pow_scalar(av, -1.0), float(b))
-        return make(y, "rdiv_scalar", (a,), lambda g: (ops.neg(ops.div(ops.mul(g, y), av)),))
+        return mul(apply(binary.POW_SCALAR, a, -1.0), float(b))
     return div(as_variable(b, "div"), a)
 
 
 def neg(x: Variable) -> Variable:
-    return make(ops.neg(x._value), "neg", (x,), lambda g: (ops.neg(g),))
+    return apply(unary.NEG, x)
 
 
 def pow(x: Variable, p: Any) -> Variable:  # noqa: A001 - operator spelling
     if not isinstance(p, _NUMBER) or isinstance(p, bool):
         raise DTypeError(f"[pow] exponent must be a Python number; got {type(p).__name__}")
-    p = float(p)
-    xv = x._value
-
-    def rule(g: Tensor) -> tuple[Tensor]:
-        if p == 0.0:
-            return (ops.mul_scalar(g, 0.0),)
-        return (ops.mul(g, ops.mul_scalar(ops.pow_scalar(xv, p - 1.0), p)),)
-
-    return make(ops.pow_scalar(xv, p), "pow", (x,), rule)
+    return apply(binary.POW_SCALAR, x, float(p))
 
 
 def matmul(a: Any, b: Any) -> Variable:
     """``[..., M, K] @ [..., K, N]`` with identical batch dims (no implicit broadcasting)."""
-    a, b = as_variable(a, "matmul"), as_variable(b, "matmul")
-    av, bv = a._value, b._value
-    need_a, need_b = a.requires_grad, b.requires_grad
+    return apply(_matmul.MATMUL, a, b, False, False)
 
-    def rule(g: Tensor) -> tuple[Tensor | None, Tensor | None]:
-        ga = ops.matmul(g, bv, transpose_b=True) if need_a else None  # G Bᵀ
-        gb = ops.matmul(av, g, transpose_a=True) if need_b else None  # Aᵀ G
-        return ga, gb
 
-    return make(ops.matmul(av, bv), "matmul", (a, b), rule)
+def maximum(a: Any, b: Any) -> Variable:
+    return apply(binary.MAXIMUM, a, b)
+
+
+def minimum(a: Any, b: Any) -> Variable:
+    return apply(binary.MINIMUM, a, b)
+
+
+def where(cond: Tensor, a: Any, b: Any) -> Variable:
+    return apply(ops.unit("where"), cond, a, b)
 
 
 # -- unary ------------------------------------------------------------------------------------
 def exp(x: Variable) -> Variable:
-    y = ops.exp(x._value)
-    return make(y, "exp", (x,), lambda g: (ops.mul(g, y),))
+    return apply(unary.EXP, x)
 
 
 def log(x: Variable) -> Variable:
-    xv = x._value
-    domain.require_positive("log", xv)
-    return make(ops.log(xv), "log", (x,), lambda g: (ops.div(g, xv),))
+    domain.require_positive("log", x._value)
+    return apply(unary.LOG, x)
 
 
 def sqrt(x: Variable) -> Variable:
-    xv = x._value
-    domain.require_positive("sqrt", xv)
-    y = ops.sqrt(xv)
-    return make(y, "sqrt", (x,), lambda g: (ops.div(ops.mul_scalar(g, 0.5), y),))
+    domain.require_positive("sqrt", x._value)
+    return apply(unary.SQRT, x)
+
+
+def rsqrt(x: Variable) -> Variable:
+    domain.require_positive("rsqrt", x._value)
+    return apply(unary.RSQRT, x)
 
 
 def tanh(x: Variable) -> Variable:
-    y = ops.tanh(x._value)
-    return make(
-        y, "tanh", (x,), lambda g: (ops.mul(g, ops.add_scalar(ops.neg(ops.mul(y, y)), 1.0)),)
-    )
+    return apply(unary.TANH, x)
+
+
+def abs(x: Variable) -> Variable:  # noqa: A001 - numpy spelling
+    return apply(unary.ABS, x)
 
 
 # -- reductions -------------------------------------------------------------------------------
-def _kept_shape(shape: tuple[int, ...], axes: tuple[int, ...]) -> tuple[int, ...]:
-    return tuple(1 if i in axes else d for i, d in enumerate(shape))
-
-
 def sum(x: Variable, axes: int | Sequence[int] | None = None, keepdims: bool = False) -> Variable:  # noqa: A001
-    xv = x._value
-    shape = xv.shape
-    kshape = _kept_shape(shape, ops._axes("sum", xv, axes))
-    return make(
-        ops.sum(xv, axes, keepdims),
-        "sum",
-        (x,),
-        lambda g: (_reshape(g, kshape).broadcast_to(shape),),
-    )
+    return apply(reduce.SUM, x, axes, keepdims)
 
 
 def mean(x: Variable, axes: int | Sequence[int] | None = None, keepdims: bool = False) -> Variable:
     xv = x._value
-    ax = ops._axes("mean", xv, axes)
+    ax = ops.checks.axes("mean", xv, axes)
     count = builtins.max(math.prod(xv.shape[a] for a in ax), 1)
     return mul(sum(x, ax, keepdims), 1.0 / count)
 
 
 def max(x: Variable, axes: int | Sequence[int] | None = None, keepdims: bool = False) -> Variable:  # noqa: A001
     """Max over ``axes``; the gradient is shared equally between tied maxima."""
-    xv = x._value
-    shape = xv.shape
-    ax = ops._axes("max", xv, axes)
-    kshape = _kept_shape(shape, ax)
-    y = ops.max(xv, ax, keepdims)
-
-    def rule(g: Tensor) -> tuple[Tensor]:
-        if not ax:
-            return (g,)
-        mask = ops.compare(xv, _reshape(y, kshape).broadcast_to(shape), "eq")
-        share = ops.div(_reshape(g, kshape), ops.sum(mask, ax, keepdims=True))
-        return (ops.mul(mask, share.broadcast_to(shape)),)
-
-    return make(y, "max", (x,), rule)
+    return apply(reduce.MAX, x, axes, keepdims)
 
 
 # -- layout (views: no kernel forward) ----------------------------------------------------------
@@ -240,10 +182,13 @@ def sum_to_shape(x: Variable, shape: Sequence[int]) -> Variable:
 
 # -- joining along the feature axis --------------------------------------------------------------
 def concatenate_last_axis(xs: Sequence[Any]) -> Variable:
+    """A list of Variables in: the unit's VJP splits the gradient back into their widths."""
     parents = tuple(as_variable(x, "concatenate_last_axis") for x in xs)
-    y = ops.concatenate_last_axis([p._value for p in parents])
-    sizes = [p._value.shape[-1] for p in parents]
-    return make(y, "concatenate_last_axis", parents, lambda g: ops.split_last_axis(g, sizes))
+    values = [p._value for p in parents]
+    y = ops.concatenate_last_axis(values)
+    vjp = layout.CONCATENATE.vjp
+    assert vjp is not None
+    return make(y, "concatenate_last_axis", parents, lambda g: vjp(g, (values,), y, ()))
 
 
 def pad_last_axis(g: Tensor, left: int, right: int) -> Tensor:
@@ -251,9 +196,9 @@ def pad_last_axis(g: Tensor, left: int, right: int) -> Tensor:
     lead = g.shape[:-1]
     pieces = [g]
     if left:
-        pieces.insert(0, full_like(g, 0.0, lead + (left,)))
+        pieces.insert(0, ops.full_like(g, 0.0, lead + (left,)))
     if right:
-        pieces.append(full_like(g, 0.0, lead + (right,)))
+        pieces.append(ops.full_like(g, 0.0, lead + (right,)))
     return ops.concatenate_last_axis(pieces) if len(pieces) > 1 else g
 
 

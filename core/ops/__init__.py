@@ -20,9 +20,9 @@ import sys
 from typing import Any
 
 from .. import tensor as _tensor
-from . import fused, primitive
+from . import primitive, fused  # noqa: I001  (primitives first)
 from .deferred import flush as flush_deferred
-from .dispatch import Out, dispatch
+from .dispatch import Out
 from .fused.adam import adam_update
 from .fused.attention import attention, attention_backward
 from .fused.cross_entropy import cross_entropy, cross_entropy_backward
@@ -40,6 +40,7 @@ from .primitive.memory import full_like, upload
 from .primitive.reduce import argmax, max, mean, sum, sum_to_shape
 from .primitive.select import COMPARE_OPS, cast, compare, where
 from .primitive.unary import abs, exp, log, neg, rsqrt, sqrt, tanh
+from .checks import same_backend
 from .unit import OpUnit, register, unit, units
 
 
@@ -52,6 +53,15 @@ def _discover() -> None:
 
 
 _discover()
+
+
+def composite(op: str) -> Any:
+    """Core's composite of the fused op ``op`` (primitives only), e.g. to compare a
+    backend's native kernel with it; raises for required ops, which have none."""
+    fn = unit(op).composite
+    if fn is None:
+        raise KeyError(f"[ops] {op!r} is a required op: it has no composite")
+    return fn
 
 
 def is_native(backend: Any, op: str) -> bool:
@@ -70,7 +80,7 @@ def __getattr__(name: str) -> Any:
 _tensor.LAYERS.ops = sys.modules[__name__]  # Tensor's operators and numpy() call into us
 
 __all__ = [
-    "OpUnit", "Out", "dispatch", "register", "unit", "units", "is_native", "flush_deferred",
+    "OpUnit", "Out", "register", "unit", "units", "is_native", "composite", "same_backend", "flush_deferred",
     "allocate", "upload", "download", "copy_strided", "contiguous", "fill_", "full_like",
     "assign_", "neg", "exp", "log", "sqrt", "rsqrt", "tanh", "abs", "add", "sub", "mul", "div",
     "maximum", "minimum", "add_scalar", "mul_scalar", "pow_scalar", "where", "compare", "cast",

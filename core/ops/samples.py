@@ -155,6 +155,8 @@ class Samples:
     needs_index: bool = False
     #: layouts the drawn examples may use (``draw`` may still pick its own)
     layouts: tuple[str, ...] = LAYOUTS
+    #: one large parameter set for the throughput measurement (GB/s, GFLOP/s)
+    bench: Params | None = None
 
 
 def edges(*items: Params) -> tuple[Params, ...]:

@@ -3,7 +3,7 @@
 Compiling is a post-order walk with a visited set: every node appears once, after its
 children. Evaluating walks that list with a per-node cache, so a node shared by the loss
 and its gradient (``y - y_hat`` under both the norm and the norm's derivative) runs once
-per evaluation. Every numerical step goes through ``riftco.tensor_ops``, so the same
+per evaluation. Every numerical step goes through ``riftco.ops``, so the same
 program runs on any backend.
 
 A value in the cache is a Tensor or a Python float. A float means "this value everywhere":
@@ -26,8 +26,8 @@ from typing import Union
 
 import numpy as np
 
-from .. import tensor_ops as ops
-from ..creation import full_like
+from .. import ops
+from ..ops import full_like
 from ..errors import DomainError, DTypeError, RiftcoError, ShapeError
 from ..tensor import Tensor
 from .nodes import Node, NodeType, post_order

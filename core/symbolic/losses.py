@@ -24,9 +24,9 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from .. import tensor_ops as ops
+from .. import ops
 from ..autograd import domain
-from ..creation import full_like
+from ..ops import full_like
 from ..errors import DTypeError, ShapeError
 from ..tensor import Tensor
 from .builder import Builder

@@ -126,7 +126,8 @@ ADAM_UPDATE = OpUnit(
     outputs=("param", "m", "v"), in_place=True, composite=adam_update_composite,
     tolerance=Tolerances(Tolerance(1e-6, 1e-4), Tolerance(1e-12, 1e-10),
                          why="sqrt and division by sqrt(vhat) + eps amplify ulps"),
-    samples=Samples(_build, EDGES, _draw, call=_call, layouts=("dense",)), cost=_cost,
+    samples=Samples(_build, EDGES, _draw, call=_call, layouts=("dense",),
+                    bench={"shape": (1 << 20,), "lr": 1e-3, "wd": 0.0, "step": 10}), cost=_cost,
     errors=(
         error("adam_update_shapes", "adam_update",
               lambda t: adam_update(t.f(3), t.f(4), t.f(3), t.f(3), 0.1)),

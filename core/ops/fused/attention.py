@@ -138,6 +138,9 @@ EDGES = edges(
 )
 
 
+BENCH = _e("bench", 1, 4, 256, 64, True)
+
+
 def draw(d: Draw) -> Params:
     return {
         "b": d.choice(SMALL_SIZES), "h": d.choice(SMALL_SIZES),
@@ -189,7 +192,7 @@ def _samples(backward: bool) -> Samples:
         probs = np_softmax(np_scores(qr, kr, scale, p["causal"]))
         return Example(label(p), [Arr(do, layout=lay), *args, Arr(probs), scale], params=p)
 
-    return Samples(build, EDGES, draw)
+    return Samples(build, EDGES, draw, bench=BENCH)
 
 
 def cost(args: list[Any]) -> tuple[int, int]:

@@ -168,7 +168,7 @@ def _samples(backward: bool) -> Samples:
         dloss = normal(np.random.default_rng(p["seed"] + 1), (p["n"],))
         return Example(label(p), [Arr(dloss), lg, t, Arr(lse)], params=p)
 
-    return Samples(build, EDGES, _draw, needs_index=True)
+    return Samples(build, EDGES, _draw, needs_index=True, bench={"n": 1024, "v": 1024})
 
 
 def _bad_targets(t: Any, value: int) -> Any:

@@ -112,7 +112,7 @@ def embedding_backward_composite(dy: Tensor, ids: Tensor, num_embeddings: int) -
     c = dy.shape[-1]
     defer_range("embedding_backward", ids, dy, "ids", 0, num_embeddings)
     onehot = one_hot(ids, num_embeddings, dy)
-    return matmul(onehot, dy.contiguous().reshape(-1, c), transpose_a=True)
+    return matmul(onehot, dy.contiguous().reshape(ids.size, c), transpose_a=True)
 
 
 def _embedding_vjp(g: Tensor, args: Any, y: Tensor, needs: Any) -> tuple[Tensor]:
@@ -162,7 +162,8 @@ def _samples(backward: bool) -> Samples:
         table = Arr(normal(rng, (p["v"], p["c"])), layout=p["layout"])
         return Example(label(p), [table, ids], params=p)
 
-    return Samples(build, EDGES, _draw, needs_index=True)
+    bench = {"v": 1024, "c": 128, "lead": (1024,)}
+    return Samples(build, EDGES, _draw, needs_index=True, bench=bench)
 
 
 def _scatter_scale(ex: Example) -> float:

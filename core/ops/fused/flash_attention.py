@@ -25,7 +25,7 @@ from ..primitive.reduce import max, sum
 from ..primitive.unary import exp, log
 from ..samples import Arr, Ctx, Example, Params, Samples, error, label
 from ..unit import OpUnit, Tolerance, Tolerances, register
-from .attention import EDGES, attention_backward_composite, check_qkv, cost, draw, np_scores
+from .attention import BENCH, EDGES, attention_backward_composite, check_qkv, cost, draw, np_scores
 from .attention import qkv, score_max, score_scale, scores
 from .cross_entropy import np_lse
 from .softmax import along_rows, np_softmax
@@ -138,7 +138,7 @@ def _samples(backward: bool) -> Samples:
         grads = [Arr(do, layout=lay), *args, Arr(out), Arr(lse), scale]
         return Example(label(p), grads, {"causal": p["causal"]}, params=p)
 
-    return Samples(build, EDGES, draw)
+    return Samples(build, EDGES, draw, bench=BENCH)
 
 
 _TOL = Tolerances(Tolerance(1e-4, 1e-4), Tolerance(1e-10, 1e-10), scale=score_scale,

@@ -179,7 +179,7 @@ LAYER_NORM = OpUnit(
     differentiable=(0, 1, 2), nan="a NaN makes its row and statistics NaN",
     tolerance=Tolerances(Tolerance(2e-5, 1e-4), Tolerance(1e-10, 1e-10),
                          why="mean and variance accumulate over the row, then rsqrt"),
-    samples=Samples(_build, EDGES, _draw), cost=_cost(1),
+    samples=Samples(_build, EDGES, _draw, bench={"shape": (1024, 1024)}), cost=_cost(1),
     errors=(
         error("layer_norm_gamma_shape", "layer_norm",
               lambda t: layer_norm(t.f(2, 4), t.f(3), t.f(4))),
@@ -196,7 +196,7 @@ LAYER_NORM_BACKWARD = OpUnit(
     composite=layer_norm_backward_composite,
     tolerance=Tolerances(Tolerance(1e-4, 1e-4), Tolerance(1e-10, 1e-10),
                          why="row means and column sums over all rows"),
-    samples=Samples(_build_backward, EDGES, _draw), cost=_cost(4),
+    samples=Samples(_build_backward, EDGES, _draw, bench={"shape": (1024, 1024)}), cost=_cost(4),
     errors=(error("layer_norm_backward_stats_shape", "layer_norm_backward",
                   lambda t: layer_norm_backward(t.f(2, 4), t.f(2, 4), t.f(4), t.f(3), t.f(2))),),
 )  # fmt: skip

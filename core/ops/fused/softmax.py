@@ -142,7 +142,8 @@ SOFTMAX = OpUnit(
     tolerance=Tolerances(Tolerance(1e-6, 2e-5), Tolerance(1e-12, 1e-10),
                          why="exp ulps plus a row sum of up to 4097 terms"),
     samples=Samples(_build, EDGES + edges(
-        {"label": "all -inf row gives NaN", "shape": (3, 7), "all_inf_row": True}), _draw),
+        {"label": "all -inf row gives NaN", "shape": (3, 7), "all_inf_row": True}), _draw,
+        bench={"shape": (1024, 1024)}),
     cost=_cost(1),
     errors=(error("softmax_0d", "softmax", lambda t: softmax(t.f())),
             error("softmax_index_dtype", "softmax", lambda t: softmax(t.i(3)), "index")),
@@ -152,7 +153,7 @@ SOFTMAX_BACKWARD = OpUnit(
     function=softmax_backward, composite=softmax_backward_composite,
     tolerance=Tolerances(Tolerance(1e-5, 1e-4), Tolerance(1e-11, 1e-10),
                          why="a row sum of dy * y, then a difference"),
-    samples=Samples(_build_backward, EDGES, _draw), cost=_cost(2),
+    samples=Samples(_build_backward, EDGES, _draw, bench={"shape": (1024, 1024)}), cost=_cost(2),
     errors=(error("softmax_backward_shapes", "softmax_backward",
                   lambda t: softmax_backward(t.f(2, 3), t.f(2, 4))),),
 )  # fmt: skip

@@ -222,7 +222,7 @@ def _binary_samples(op: str) -> Samples:
     def draw(d: Draw) -> Params:
         return {"shape": d.shape()}
 
-    return Samples(build, EDGES, draw)
+    return Samples(build, EDGES, draw, bench={"shape": (1024, 1024)})
 
 
 SCALAR_VALUES: dict[str, tuple[float, ...]] = {
@@ -253,7 +253,7 @@ def _scalar_samples(op: str) -> Samples:
     edge = tuple({**e, "value": v} for e in EDGES for v in values[:1] if "layout_b" not in e)
     edge += tuple({**edges({"label": "NaN and +-inf", "shape": (3, 9), "special": True})[0],
                    "value": v} for v in values)  # fmt: skip
-    return Samples(build, edge, draw)
+    return Samples(build, edge, draw, bench={"shape": (1024, 1024), "value": values[0]})
 
 
 def _cost(flops: int) -> Any:

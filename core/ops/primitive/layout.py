@@ -107,7 +107,8 @@ def _cost(args: list[Any]) -> tuple[int, int]:
 CONCATENATE = OpUnit(
     "concatenate_last_axis", "primitive", "layout", LayoutMethods.concatenate_last_axis,
     function=concatenate_last_axis, vjp=_concat_vjp, differentiable=(0,),
-    tolerance=EXACT_TOLERANCES, samples=Samples(_build_concat, _CONCAT_EDGES, _draw_concat),
+    tolerance=EXACT_TOLERANCES, samples=Samples(_build_concat, _CONCAT_EDGES, _draw_concat,
+                    bench={"lead": (512,), "widths": [512, 512]}),
     cost=_cost,
     errors=(
         error("concatenate_leading", "concatenate_last_axis",
@@ -121,7 +122,8 @@ CONCATENATE = OpUnit(
 SPLIT = OpUnit(
     "split_last_axis", "primitive", "layout", LayoutMethods.split_last_axis,
     function=split_last_axis, outputs=("pieces",), tolerance=EXACT_TOLERANCES,
-    samples=Samples(_build_split, _SPLIT_EDGES, _draw_split), cost=_cost,
+    samples=Samples(_build_split, _SPLIT_EDGES, _draw_split,
+                    bench={"lead": (512,), "sizes": [512, 512]}), cost=_cost,
     errors=(
         error("split_sizes", "split_last_axis", lambda t: split_last_axis(t.f(2, 5), [2, 2])),
         error("split_zero_width", "split_last_axis",

@@ -140,7 +140,7 @@ MATMUL = OpUnit(
     vjp=_matmul_vjp, differentiable=(0, 1),
     tolerance=Tolerances(Tolerance(1e-6, 1e-5), Tolerance(1e-14, 1e-12), scale=_scale,
                          why="accumulation order is the backend's; atol per unit of K*rms*rms"),
-    samples=Samples(_build, EDGES, _draw), cost=_cost,
+    samples=Samples(_build, EDGES, _draw, bench=_e("bench", (), 512, 512, 512, False, False)), cost=_cost,
     errors=(
         error("matmul_inner_dims", "matmul", lambda t: matmul(t.f(2, 3), t.f(4, 5))),
         error("matmul_transpose_b_dims", "matmul",

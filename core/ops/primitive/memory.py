@@ -17,7 +17,7 @@ import numpy as np
 from ... import dtypes as _dt
 from ...errors import BackendContractError, OutOfMemoryError, RiftcoError, ShapeError
 from ...tensor import Tensor
-from .. import checks
+from .. import checks, deferred
 from ..dispatch import Out, dispatch
 from ..samples import LAYOUTS, Arr, Ctx, Draw, Example, Params, Samples, edges, error, label
 from ..samples import normal, rng_of
@@ -108,6 +108,8 @@ def upload(backend: Any, array: np.ndarray) -> Tensor:
 def download(x: Tensor) -> np.ndarray:
     """A new host array with the values of ``x`` (any view); a synchronisation point."""
     checks.tensor("to_numpy", x)
+    if deferred.pending():
+        deferred.flush(x.backend)  # a sync point: report bad values found on the device
     out = x.backend.to_numpy(x)
     if type(out) is not np.ndarray or out.shape != x.shape or out.dtype != x.dtype:
         got = f"{type(out).__name__} {getattr(out, 'shape', '')} {getattr(out, 'dtype', '')}"
@@ -118,6 +120,27 @@ def download(x: Tensor) -> np.ndarray:
             f"{x.dtype.name}",
         )
     return out
+
+
+def storage_array(x: Tensor) -> np.ndarray:
+    """Every element of ``x``'s storage, downloaded as one dense 1-D array.
+
+    Reads the buffer as a whole (a dense tensor over it), so no strided kernel of the
+    backend is involved: the checker's view of the data cannot inherit a copy bug."""
+    flat = Tensor(x.backend, x.storage, (x.storage.size,), (1,), 0, x.dtype)
+    return download(flat)
+
+
+def host_view(x: Tensor) -> np.ndarray:
+    """The values of any view ``x``, built on the host from :func:`storage_array`."""
+    flat = storage_array(x)
+    item = flat.itemsize
+    if x.size == 0:
+        return np.empty(x.shape, x.dtype)
+    view = np.lib.stride_tricks.as_strided(
+        flat[x.offset :], x.shape, tuple(s * item for s in x.strides), writeable=False
+    )
+    return np.array(view, copy=True, order="C")
 
 
 def copy_strided(x: Tensor) -> Tensor:
@@ -230,7 +253,9 @@ _FILL_EDGES = edges(
     *({"label": "special", "shape": (3, 5), "value": v} for v in (np.nan, np.inf, -np.inf, -0.0)),
     {"label": "empty", "shape": (0,), "value": 1.0},
 )
-_VIEWS = Samples(_build_view, _VIEW_EDGES, _draw_view)
+_VIEWS = Samples(
+    _build_view, _VIEW_EDGES, _draw_view, bench={"shape": (1024, 1024), "layout": "transposed"}
+)
 
 
 def _copy_cost(args: list[Any]) -> tuple[int, int]:
@@ -272,7 +297,8 @@ COPY_STRIDED = OpUnit(
 FILL = OpUnit(
     "fill", "memory", "memory", MemoryMethods.fill, function=fill_, outputs=("x",),
     in_place=True, tolerance=EXACT_TOLERANCES, nan="writes NaN, +-inf and -0.0 exactly",
-    samples=Samples(_build_fill, _FILL_EDGES, _draw_fill, call=_call_fill), cost=_fill_cost,
+    samples=Samples(_build_fill, _FILL_EDGES, _draw_fill, call=_call_fill,
+                    bench={"shape": (1024, 1024), "value": 1.0}), cost=_fill_cost,
     errors=(error("fill_view", "fill_", lambda t: fill_(t.f(4, 6).transpose(), 1.0)),),
 )  # fmt: skip
 SYNCHRONIZE = OpUnit(

@@ -118,13 +118,13 @@ def _as_kept(g: Tensor, x: Tensor, axes: tuple[int, ...]) -> Tensor:
 
 
 def _sum_vjp(g: Tensor, args: Any, y: Tensor, needs: Any) -> tuple[Tensor]:
-    x, axes, _ = args
+    x, axes = args[0], checks.axes("sum", args[0], args[1])
     return (_as_kept(g, x, axes).broadcast_to(x.shape),)
 
 
 def _max_vjp(g: Tensor, args: Any, y: Tensor, needs: Any) -> tuple[Tensor]:
     """The gradient is shared equally between tied maxima."""
-    x, axes, _ = args
+    x, axes = args[0], checks.axes("max", args[0], args[1])
     mask = compare(x, _as_kept(y, x, axes).broadcast_to(x.shape), "eq")
     share = div(_as_kept(g, x, axes), sum(mask, axes, keepdims=True))
     return (mul(mask, share.broadcast_to(x.shape)),)
@@ -172,7 +172,8 @@ def _reduce_samples(op: str) -> Samples:
     )  # fmt: skip
     if op == "sum":
         e += edges({"label": "empty axis", "shape": (3, 0), "axes": (1,), "keepdims": False})
-    return Samples(build, e, _draw_reduce)
+    bench = {"shape": (1024, 1024), "axes": (1,), "keepdims": False}
+    return Samples(build, e, _draw_reduce, bench=bench)
 
 
 def _sum_scale(ex: Example) -> float:
@@ -237,7 +238,7 @@ MAX = OpUnit(
 ARGMAX = OpUnit(
     "argmax", "primitive", "reduce", ReduceMethods.argmax, function=argmax,
     nan="index of the first NaN", tolerance=EXACT_TOLERANCES,
-    samples=Samples(_build_argmax, _ARGMAX_EDGES, _draw_argmax), cost=_reduce_cost,
+    samples=Samples(_build_argmax, _ARGMAX_EDGES, _draw_argmax, bench={"shape": (1024, 1024)}), cost=_reduce_cost,
     errors=(error("argmax_empty_row", "argmax", lambda t: argmax(t.f(3, 0))),
             error("argmax_0d", "argmax", lambda t: argmax(t.f()))),
 )  # fmt: skip

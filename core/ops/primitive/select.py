@@ -161,7 +161,7 @@ def _cost(n_in: int) -> Any:
 WHERE = OpUnit(
     "where", "primitive", "select", SelectMethods.where, function=where,
     nan="cond NaN picks a; NaN values pass through", vjp=_where_vjp, differentiable=(1, 2),
-    tolerance=EXACT_TOLERANCES, samples=Samples(_build_where, EDGES, _draw_shape), cost=_cost(3),
+    tolerance=EXACT_TOLERANCES, samples=Samples(_build_where, EDGES, _draw_shape, bench={"shape": (1024, 1024)}), cost=_cost(3),
     errors=(
         error("where_shapes", "where", lambda t: where(t.f(2, 3), t.f(2, 3), t.f(3, 2))),
         error("where_mixed_devices", "where",
@@ -173,7 +173,7 @@ COMPARE = OpUnit(
     nan="IEEE: false with NaN except ne", tolerance=EXACT_TOLERANCES,
     samples=Samples(
         _build_compare, tuple({**e, "cmp": c} for e in EDGES for c in ("eq", "lt", "ge", "ne")),
-        _draw_compare,
+        _draw_compare, bench={"shape": (1024, 1024), "cmp": "lt"},
     ),
     cost=_cost(2),
     errors=(
@@ -184,7 +184,8 @@ COMPARE = OpUnit(
 CAST = OpUnit(
     "cast", "primitive", "select", SelectMethods.cast, function=cast,
     nan="float->int: NaN -> 0, +-inf and out-of-range saturate", tolerance=EXACT_TOLERANCES,
-    samples=Samples(_build_cast, _CAST_EDGES, _draw_cast, needs_index=True), cost=_cost(1),
+    samples=Samples(_build_cast, _CAST_EDGES, _draw_cast, needs_index=True,
+                    bench={"shape": (1024, 1024), "to": "index"}), cost=_cost(1),
     errors=(
         error("cast_to_unsupported", "cast", lambda t: cast(t.f(2), t.unsupported_dtype()),
               "unsupported"),

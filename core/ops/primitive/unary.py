@@ -167,8 +167,11 @@ def samples(op: str) -> Samples:
     def draw(d: Draw) -> Params:
         return {"shape": d.shape(), "large": op in LARGE and d.boolean()}
 
-    extra = edges({"label": f"large magnitude (+-{LARGE[op]:g})", "shape": (4, 33), "large": True})
-    return Samples(build, EDGES + (extra if op in LARGE else ()), draw)
+    extra = ()
+    if op in LARGE:
+        extra = edges({"label": f"large magnitude (+-{LARGE[op]:g})", "shape": (4, 33),
+                       "large": True})  # fmt: skip
+    return Samples(build, EDGES + extra, draw, bench={"shape": (1024, 1024)})
 
 
 def _cost(flops: int) -> Any:

@@ -114,7 +114,13 @@ void rc_compare(int op, const float *a, const float *b, float *y, int64_t n) {
 }
 
 void rc_cast_f32_i32(const float *x, int32_t *y, int64_t n) {
-    for (int64_t i = 0; i < n; i++) y[i] = (int32_t)x[i]; /* C truncates toward zero */
+    /* truncate toward zero, saturate to the int32 range, NaN -> 0 (a bare C cast is
+     * undefined out of range) */
+    for (int64_t i = 0; i < n; i++) {
+        float v = x[i];
+        y[i] = isnan(v) ? 0 : v >= 2147483647.0f ? INT32_MAX : v <= -2147483648.0f ? INT32_MIN
+                                                                                    : (int32_t)v;
+    }
 }
 void rc_cast_i32_f32(const int32_t *x, float *y, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] = (float)x[i];
@@ -147,8 +153,8 @@ void rc_argmax(const float *x, int32_t *y, int64_t rows, int64_t cols) {
     for (int64_t r = 0; r < rows; r++) {
         const float *row = x + r * cols;
         int64_t best = 0;
-        for (int64_t c = 1; c < cols; c++)
-            if (row[c] > row[best]) best = c; /* strict: the first maximum wins */
+        for (int64_t c = 1; c < cols && !isnan(row[best]); c++)
+            if (isnan(row[c]) || row[c] > row[best]) best = c; /* the first NaN, else the first maximum */
         y[r] = (int32_t)best;
     }
 }

@@ -1,8 +1,11 @@
 """Element-wise comparison of a backend's output with the float64 reference.
 
-The numbers a failure reports are the ones a backend author needs to find the bug: how
-many elements are off, the largest absolute and relative error, and the index and values
-of the worst element (worst relative to its own tolerance).
+Shared by the conformance suite and shadow validation. The numbers a failure reports are
+the ones a backend author needs to find the bug: how many elements are off, the largest
+absolute and relative error, and the index and values of the worst element (worst
+relative to its own tolerance). The reference is first rounded to the output's dtype, so
+a float32 result that overflows to inf where the exact value exceeds float32's range is
+right, and one that stays finite is wrong.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from .tolerances import Tolerance
+from .unit import Tolerance
 
 
 @dataclass
@@ -68,7 +71,7 @@ def compare(
     """Compare ``got`` (any dtype) with ``expected`` (float64 or integer) under ``tol``.
 
     ``atol_scale`` is the input magnitude an accumulating op's error grows with (see
-    ``OpSpec.magnitude``); the absolute tolerance is multiplied by it."""
+    ``Tolerances.scale``); the absolute tolerance is multiplied by it."""
     got = np.asarray(got)
     expected = np.asarray(expected)
     if got.shape != expected.shape:
@@ -76,7 +79,9 @@ def compare(
     if expected.dtype.kind in "iu" and got.dtype.kind not in "iu":
         return _unusable(name, expected, f"dtype {got.dtype}, expected an integer dtype")
     g = got.astype(np.float64)
-    e = expected.astype(np.float64)
+    with np.errstate(over="ignore"):
+        rounded = expected.astype(got.dtype) if got.dtype.kind == "f" else expected
+    e = rounded.astype(np.float64)
     if g.size == 0:
         return Comparison(name, e.shape, 0, 0.0, 0.0)
     with np.errstate(invalid="ignore", over="ignore"):
