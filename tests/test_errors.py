@@ -150,6 +150,8 @@ case("assign_", "shapes", ShapeError, lambda: (ops.assign_, T(3), T(4)))
 case("assign_", "dtypes", DTypeError, lambda: (ops.assign_, T(3), T(3, dtype="float32")))
 case("assign_", "devices", DeviceMismatchError, lambda: (ops.assign_, T(3), T(3, dev="spy2")))
 case("assign_", "partial view", ShapeError, lambda: (ops.assign_, T(4)[:2], T(2)))
+case("full_like", "not a tensor", DTypeError, lambda: (ops.full_like, [1.0], 0.0))
+case("full_like", "negative dim", ShapeError, lambda: (ops.full_like, T(3), 0.0, (2, -1)))
 
 # -- fused -----------------------------------------------------------------------------------
 case("gelu", "int dtype", DTypeError, lambda: (ops.gelu, I([1])))
@@ -379,9 +381,16 @@ def test_spy_records_backend_calls(spies):
 
 
 def test_every_raw_op_has_an_error_case():
+    """Every public raw op is covered here or, for the op units, by their own error samples."""
     covered = {op for op, *_ in CASES}
-    public = set(ops.__all__) - {"same_backend", "is_native", "contiguous"}
+    covered |= {u.name for u in ops.units() if u.errors}
+    covered |= {u.function.__name__ for u in ops.units() if u.errors and u.function}
+    helpers = {"same_backend", "is_native", "contiguous", "composite", "register", "unit",
+               "units", "flush_deferred", "OpUnit", "Out", "COMPARE_OPS"}  # fmt: skip
+    public = set(ops.__all__) - helpers
     assert public - covered == set()
+    no_inputs = {"synchronize", "memory_stats"}
+    assert [u.name for u in ops.units() if not u.errors and u.name not in no_inputs] == []
 
 
 def test_error_classes_are_riftco_and_builtin():
@@ -395,7 +404,15 @@ def test_error_classes_are_riftco_and_builtin():
 
 def test_validator_hook_sees_every_dispatch(spies, monkeypatch):
     seen = []
-    monkeypatch.setattr(ops, "validator", lambda op, backend, args, out: seen.append(op))
+
+    class Hook:
+        def before(self, unit, backend, args):
+            seen.append(unit.name)
+
+        def after(self, unit, backend, args, out, state):
+            pass
+
+    monkeypatch.setattr(ops.dispatch, "validator", Hook())
     x = T(2, 3)
     ops.softmax(ops.exp(x))
     assert seen == ["exp", "softmax"]

@@ -171,6 +171,9 @@ def full_like(like: Tensor, value: float, shape: tuple[int, ...] | None = None) 
 
     A device fill with no upload: ops, composites and compiled objectives use it for the
     constants they combine with an operand they already checked."""
+    checks.tensor("full_like", like)
+    if shape is not None and any(int(s) < 0 for s in shape):
+        raise ShapeError(f"[full_like] dims must be >= 0; got shape {tuple(shape)}")
     out = allocate(like.backend, like.shape if shape is None else tuple(shape), like.dtype)
     dispatch(FILL, like.backend, (out, float(value)), None, prep=False)
     return out
@@ -288,11 +291,13 @@ FROM_NUMPY = OpUnit(
 TO_NUMPY = OpUnit(
     "to_numpy", "memory", "memory", MemoryMethods.to_numpy, function=download,
     tolerance=EXACT_TOLERANCES, nan="exact copy (NaN, +-inf, -0.0 preserved)", samples=_VIEWS,
+    errors=(error("to_numpy_of_list", "to_numpy", lambda t: download([1.0])),),
 )  # fmt: skip
 COPY_STRIDED = OpUnit(
     "copy_strided", "memory", "memory", MemoryMethods.copy_strided, function=copy_strided,
     tolerance=EXACT_TOLERANCES, nan="exact copy (NaN, +-inf, -0.0 preserved)", samples=_VIEWS,
     cost=_copy_cost,
+    errors=(error("copy_strided_of_array", "copy_strided", lambda t: copy_strided(np.zeros(2))),),
 )  # fmt: skip
 FILL = OpUnit(
     "fill", "memory", "memory", MemoryMethods.fill, function=fill_, outputs=("x",),

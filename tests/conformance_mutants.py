@@ -1,0 +1,420 @@
+"""Deliberately broken backends: one plausible kernel-author bug each.
+
+Each class is the CPU reference with one method replaced by a version that makes a mistake
+real kernels make (wrong dtype, writing an input, ignoring an offset, no max subtraction,
+a forgotten rescale, NaN swallowed, ...). ``MUTANTS`` maps each to the op the conformance
+suite must blame. ``test_conformance_mutants.py`` runs the suite on every one.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+from riftco.backends.cpu.backend import CPUBackend, view
+from riftco.backends.cpu.fused import gelu_grad_math
+from riftco.tensor import Tensor
+
+
+def _flat(x: Tensor) -> np.ndarray:
+    """The buffer reshaped as if the view started at 0: the "contiguous fast path" bug."""
+    buf = x.storage.buffer
+    return buf[: x.size].reshape(x.shape)
+
+
+class Base(CPUBackend):
+    name = "mutant"
+
+
+# -- primitives ------------------------------------------------------------------------------
+class AddReturnsFloat64(Base):
+    def add(self, a: Tensor, b: Tensor) -> Tensor:
+        return self.result(view(a).astype(np.float64) + view(b))
+
+
+class MulWritesItsInput(Base):
+    def mul(self, a: Tensor, b: Tensor) -> Tensor:
+        out = view(a) * view(b)
+        a.storage.buffer[a.offset : a.offset + min(a.size, 1)] = 0.0  # scratch reuse
+        return self.result(out)
+
+
+class ExpIgnoresOffset(Base):
+    def exp(self, x: Tensor) -> Tensor:
+        if x.is_contiguous:
+            return self.result(np.exp(_flat(x)))
+        return super().exp(x)
+
+
+class TanhClampSwallowsNaN(Base):
+    def tanh(self, x: Tensor) -> Tensor:
+        v = view(x)
+        return self.result(np.tanh(np.clip(np.nan_to_num(v, nan=-20.0), -20, 20)).astype(v.dtype))
+
+
+class RsqrtGuardsZero(Base):
+    def rsqrt(self, x: Tensor) -> Tensor:
+        v = view(x)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return self.result(np.where(v == 0, 0.0, 1.0 / np.sqrt(v)).astype(v.dtype))
+
+
+class LogClampsDomain(Base):
+    def log(self, x: Tensor) -> Tensor:
+        v = view(x)
+        return self.result(np.log(np.maximum(v, np.finfo(v.dtype).tiny)))
+
+
+class SubSwapsOperands(Base):
+    def sub(self, a: Tensor, b: Tensor) -> Tensor:
+        return self.result(view(b) - view(a))
+
+
+class DivByZeroGivesZero(Base):
+    def div(self, a: Tensor, b: Tensor) -> Tensor:
+        bv = view(b)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return self.result(np.where(bv == 0, 0.0, view(a) / bv).astype(bv.dtype))
+
+
+class MaximumIsFmax(Base):
+    def maximum(self, a: Tensor, b: Tensor) -> Tensor:
+        return self.result(np.fmax(view(a), view(b)))
+
+
+class PowViaExpLog(Base):
+    def pow_scalar(self, x: Tensor, value: float) -> Tensor:
+        v = view(x)
+        with np.errstate(all="ignore"):
+            return self.result(np.exp(value * np.log(v)).astype(v.dtype))
+
+
+class CompareLeIsLt(Base):
+    def compare(self, a: Tensor, b: Tensor, op: str) -> Tensor:
+        return super().compare(a, b, "lt" if op == "le" else op)
+
+
+class WherePositiveOnly(Base):
+    def where(self, cond: Tensor, a: Tensor, b: Tensor) -> Tensor:
+        return self.result(np.where(view(cond) > 0, view(a), view(b)), a.dtype)
+
+
+class CastRoundsToNearest(Base):
+    def cast(self, x: Tensor, dtype: np.dtype) -> Tensor:
+        if np.dtype(dtype).kind == "i" and x.dtype.kind == "f":
+            v = np.nan_to_num(view(x), nan=0.0, posinf=0.0, neginf=0.0)
+            return self.result(np.clip(np.rint(v), -1e9, 1e9).astype(dtype))
+        return super().cast(x, dtype)
+
+
+class SumIgnoresKeepdims(Base):
+    def sum(self, x: Tensor, axes: tuple[int, ...], keepdims: bool) -> Tensor:
+        return super().sum(x, axes, False)
+
+
+class SumInFloat16(Base):
+    def sum(self, x: Tensor, axes: tuple[int, ...], keepdims: bool) -> Tensor:
+        v = view(x)
+        with np.errstate(over="ignore"):
+            out = np.sum(v.astype(np.float16), axis=axes, keepdims=keepdims)
+        return self.result(out.astype(v.dtype))
+
+
+class MaxDropsNaN(Base):
+    def max(self, x: Tensor, axes: tuple[int, ...], keepdims: bool) -> Tensor:
+        return self.result(np.fmax.reduce(view(x), axis=axes, keepdims=keepdims), x.dtype)
+
+
+class ArgmaxLastTie(Base):
+    def argmax(self, x: Tensor) -> Tensor:
+        v = view(x)[..., ::-1]
+        return self.result(v.shape[-1] - 1 - np.argmax(v, axis=-1), np.int32)
+
+
+class MatmulIgnoresTransposeB(Base):
+    def matmul(self, a: Tensor, b: Tensor, transpose_a: bool, transpose_b: bool) -> Tensor:
+        bv = view(b)
+        if transpose_b:  # right shape, wrong values: reinterpret, no transpose
+            bv = np.ascontiguousarray(bv).reshape(bv.shape[:-2] + (bv.shape[-1], bv.shape[-2]))
+        av = np.swapaxes(view(a), -1, -2) if transpose_a else view(a)
+        return self.result(av @ bv)
+
+
+class MatmulFirstBatchOnly(Base):
+    def matmul(self, a: Tensor, b: Tensor, transpose_a: bool, transpose_b: bool) -> Tensor:
+        out = view(super().matmul(a, b, transpose_a, transpose_b))
+        if out.ndim > 2 and out.shape[0] > 1:
+            out = np.broadcast_to(out[:1], out.shape).copy()
+        return self.result(out)
+
+
+class ConcatenateReturnsItsInput(Base):
+    def concatenate_last_axis(self, xs: Any) -> Tensor:
+        return xs[0] if len(xs) == 1 else super().concatenate_last_axis(xs)
+
+
+class SplitReturnsViews(Base):
+    def split_last_axis(self, x: Tensor, sizes: Any) -> list[Tensor]:
+        out, start = [], 0
+        for s in sizes:
+            out.append(x[..., start : start + s])
+            start += s
+        return out
+
+
+class CopyStridedIgnoresBroadcast(Base):
+    def copy_strided(self, x: Tensor) -> Tensor:
+        if 0 in x.strides and x.size:
+            return self.result(_flat(x))
+        return super().copy_strided(x)
+
+
+class ToNumpyIgnoresStrides(Base):
+    def to_numpy(self, x: Tensor) -> np.ndarray:
+        if x.size and not x.is_dense:
+            return np.array(x.storage.buffer[x.offset : x.offset + x.size]).reshape(x.shape)
+        return super().to_numpy(x)
+
+
+class FillTurnsNaNIntoZero(Base):
+    def fill(self, x: Tensor, value: float) -> None:
+        super().fill(x, 0.0 if math.isnan(value) else value)
+
+
+# -- fused -----------------------------------------------------------------------------------
+class GeluNaiveTanh(Base):
+    def gelu(self, x: Tensor, approximate: str) -> Tensor:
+        if approximate != "tanh":
+            return super().gelu(x, approximate)
+        v = view(x)
+        u = math.sqrt(2 / math.pi) * (v + 0.044715 * v**3)
+        with np.errstate(all="ignore"):
+            e = np.exp(2 * u)
+            return self.result((0.5 * v * (1 + (e - 1) / (e + 1))).astype(v.dtype))
+
+
+class GeluBackwardWrongForm(Base):
+    def gelu_backward(self, dy: Tensor, x: Tensor, approximate: str) -> Tensor:
+        v = view(x)
+        return self.result((view(dy) * gelu_grad_math(v, "none")).astype(v.dtype))
+
+
+class SoftmaxWithoutMaxSubtraction(Base):
+    def softmax(self, x: Tensor) -> Tensor:
+        v = view(x)
+        with np.errstate(all="ignore"):
+            e = np.exp(v)
+            return self.result(e / e.sum(axis=-1, keepdims=True), x.dtype)
+
+
+class SoftmaxBackwardMissingRowSum(Base):
+    def softmax_backward(self, dy: Tensor, y: Tensor) -> Tensor:
+        return self.result(view(dy) * view(y), y.dtype)
+
+
+class LayerNormNaiveVariance(Base):
+    def layer_norm(self, x: Tensor, gamma: Tensor, beta: Tensor, eps: float) -> Any:
+        v = view(x)
+        mean = v.mean(axis=-1)
+        var = (v * v).mean(axis=-1) - mean * mean  # E[x^2] - E[x]^2 cancels catastrophically
+        rstd = 1 / np.sqrt(np.maximum(var, 0) + eps)
+        y = (v - mean[..., None]) * rstd[..., None] * view(gamma) + view(beta)
+        return tuple(self.result(a, x.dtype) for a in (y, mean, rstd))
+
+
+class LayerNormReturnsVariance(Base):
+    def layer_norm(self, x: Tensor, gamma: Tensor, beta: Tensor, eps: float) -> Any:
+        y, mean, rstd = super().layer_norm(x, gamma, beta, eps)
+        return y, mean, self.result(1.0 / view(rstd) ** 2 - eps, x.dtype)
+
+
+class LayerNormBackwardDgammaOff(Base):
+    def layer_norm_backward(self, *args: Any) -> Any:
+        dx, dgamma, dbeta = super().layer_norm_backward(*args)
+        return dx, self.result(view(dgamma) * 1.01), dbeta
+
+
+class EmbeddingIgnoresTableStrides(Base):
+    def embedding(self, table: Tensor, ids: Tensor) -> Tensor:
+        return self.result(_flat(table)[view(ids)], table.dtype)
+
+
+class EmbeddingBackwardLastWriteWins(Base):
+    def embedding_backward(self, dy: Tensor, ids: Tensor, num_embeddings: int) -> Tensor:
+        c = dy.shape[-1]
+        out = np.zeros((num_embeddings, c), dtype=dy.dtype)
+        out[view(ids).reshape(-1)] = view(dy).reshape(ids.size, c)
+        return self.result(out)
+
+
+class EmbeddingBackwardNondeterministic(Base):
+    """Accumulates repeated ids in a different order on every call (float atomics)."""
+
+    calls = 0
+
+    def embedding_backward(self, dy: Tensor, ids: Tensor, num_embeddings: int) -> Tensor:
+        c = dy.shape[-1]
+        flat, rows = view(ids).reshape(-1), view(dy).reshape(ids.size, c)
+        type(self).calls += 1
+        order = np.random.default_rng(type(self).calls).permutation(flat.size)
+        out = np.zeros((num_embeddings, c), dtype=dy.dtype)
+        for i in order:
+            out[flat[i]] += rows[i]
+        return self.result(out)
+
+
+class CrossEntropyIgnoredRowsCount(Base):
+    """Reads target -1 as the last class (Python indexing) instead of ignoring the row."""
+
+    def cross_entropy(self, logits: Tensor, targets: Tensor) -> Any:
+        lv, t = view(logits), view(targets)
+        m = lv.max(axis=-1, keepdims=True)
+        lse = (m + np.log(np.exp(lv - m).sum(axis=-1, keepdims=True)))[:, 0]
+        loss = lse - lv[np.arange(lv.shape[0]), t]
+        return self.result(loss, logits.dtype), self.result(lse, logits.dtype)
+
+
+class CrossEntropyNoMaxSubtraction(Base):
+    def cross_entropy(self, logits: Tensor, targets: Tensor) -> Any:
+        lv, t = view(logits), view(targets)
+        with np.errstate(all="ignore"):
+            lse = np.log(np.exp(lv).sum(axis=-1))
+        loss = np.where(t < 0, 0.0, lse - lv[np.arange(lv.shape[0]), np.maximum(t, 0)])
+        return self.result(loss, logits.dtype), self.result(lse, logits.dtype)
+
+
+class CrossEntropyBackwardUnscaled(Base):
+    def cross_entropy_backward(self, dloss: Tensor, logits: Tensor, targets: Tensor, lse: Tensor) -> Tensor:
+        ones = self.from_numpy(np.ones(dloss.shape, dloss.dtype))
+        return super().cross_entropy_backward(ones, logits, targets, lse)
+
+
+class AttentionMasksDiagonal(Base):
+    """Causal mask off by one: masks key j >= i (the diagonal too) instead of j > i."""
+
+    def attention(self, q: Tensor, k: Tensor, v: Tensor, scale: float, causal: bool) -> Any:
+        s = scale * view(q) @ np.swapaxes(view(k), -1, -2)
+        if causal and s.size:
+            t = s.shape[-1]
+            masked = np.triu(np.ones((t, t), bool), 0)
+            masked[0, 0] = False  # row 0 keeps its one key (else it would be NaN)
+            s = np.where(masked, -np.inf, s)
+        with np.errstate(all="ignore"):
+            p = np.exp(s - s.max(axis=-1, keepdims=True))
+            p /= p.sum(axis=-1, keepdims=True)
+        return self.result(p @ view(v), q.dtype), self.result(p, q.dtype)
+
+
+class AttentionBackwardDkUnscaled(Base):
+    def attention_backward(self, dout: Tensor, q: Tensor, k: Tensor, v: Tensor, probs: Tensor, scale: float) -> Any:
+        dq, dk, dv = super().attention_backward(dout, q, k, v, probs, scale)
+        return dq, self.result(view(dk) / scale), dv
+
+
+class FlashForgetsRescale(Base):
+    """Online softmax over 64-key tiles that never rescales earlier tiles' partial sums."""
+
+    def flash_attention(self, q: Tensor, k: Tensor, v: Tensor, scale: float, causal: bool) -> Any:
+        qv, kv, vv = view(q), view(k), view(v)
+        t = qv.shape[-2]
+        acc = np.zeros(qv.shape)
+        total = np.zeros(qv.shape[:-1])
+        row_max = np.full(qv.shape[:-1], -np.inf)
+        for k0 in range(0, t, 64):
+            s = scale * qv @ np.swapaxes(kv[..., k0 : k0 + 64, :], -1, -2)
+            if causal:
+                keys = np.arange(k0, k0 + s.shape[-1])
+                s = np.where(keys[None, :] > np.arange(t)[:, None], -np.inf, s)
+            with np.errstate(all="ignore"):
+                row_max = np.maximum(row_max, s.max(axis=-1))
+                p = np.exp(s - row_max[..., None])
+            p = np.nan_to_num(p)
+            total += p.sum(axis=-1)  # BUG: earlier tiles are not multiplied by exp(old - new)
+            acc += p @ vv[..., k0 : k0 + 64, :]
+        with np.errstate(all="ignore"):
+            out, lse = acc / total[..., None], row_max + np.log(total)
+        return self.result(out, q.dtype), self.result(lse, q.dtype)
+
+
+class FlashBackwardDqDoubled(Base):
+    def flash_attention_backward(self, *args: Any) -> Any:
+        dq, dk, dv = super().flash_attention_backward(*args)
+        return self.result(2 * view(dq)), dk, dv
+
+
+class AdamWithoutBiasCorrection(Base):
+    def adam_update(self, param: Tensor, grad: Tensor, m: Tensor, v: Tensor, lr: float,
+                    beta1: float, beta2: float, eps: float, weight_decay: float, step: int) -> None:  # fmt: skip
+        p, mb, vb = (t.storage.buffer[: t.size] for t in (param, m, v))
+        g = view(grad).reshape(-1)
+        mb[:] = beta1 * mb + (1 - beta1) * g
+        vb[:] = beta2 * vb + (1 - beta2) * g * g
+        p -= lr * (mb / (np.sqrt(vb) + eps) + weight_decay * p)  # BUG: no 1 - beta^step
+
+
+class AdamL2InsteadOfDecoupled(Base):
+    def adam_update(self, param: Tensor, grad: Tensor, m: Tensor, v: Tensor, lr: float,
+                    beta1: float, beta2: float, eps: float, weight_decay: float, step: int) -> None:  # fmt: skip
+        g = self.from_numpy(view(grad) + weight_decay * view(param))
+        super().adam_update(param, g, m, v, lr, beta1, beta2, eps, 0.0, step)
+
+
+class DenseOnlyCopyIgnoresOffset(Base):
+    """A backend taking dense operands only, whose copy kernel ignores the view's offset."""
+
+    accepts_strided = False
+
+    def copy_strided(self, x: Tensor) -> Tensor:
+        if x.offset and x.is_contiguous:
+            return self.result(_flat(x))
+        return super().copy_strided(x)
+
+
+#: (mutant class, the op conformance must blame)
+MUTANTS: list[tuple[type[Base], str]] = [
+    (AddReturnsFloat64, "add"),
+    (MulWritesItsInput, "mul"),
+    (ExpIgnoresOffset, "exp"),
+    (TanhClampSwallowsNaN, "tanh"),
+    (RsqrtGuardsZero, "rsqrt"),
+    (LogClampsDomain, "log"),
+    (SubSwapsOperands, "sub"),
+    (DivByZeroGivesZero, "div"),
+    (MaximumIsFmax, "maximum"),
+    (PowViaExpLog, "pow_scalar"),
+    (CompareLeIsLt, "compare"),
+    (WherePositiveOnly, "where"),
+    (CastRoundsToNearest, "cast"),
+    (SumIgnoresKeepdims, "sum"),
+    (SumInFloat16, "sum"),
+    (MaxDropsNaN, "max"),
+    (ArgmaxLastTie, "argmax"),
+    (MatmulIgnoresTransposeB, "matmul"),
+    (MatmulFirstBatchOnly, "matmul"),
+    (ConcatenateReturnsItsInput, "concatenate_last_axis"),
+    (SplitReturnsViews, "split_last_axis"),
+    (CopyStridedIgnoresBroadcast, "copy_strided"),
+    (ToNumpyIgnoresStrides, "to_numpy"),
+    (FillTurnsNaNIntoZero, "fill"),
+    (GeluNaiveTanh, "gelu"),
+    (GeluBackwardWrongForm, "gelu_backward"),
+    (SoftmaxWithoutMaxSubtraction, "softmax"),
+    (SoftmaxBackwardMissingRowSum, "softmax_backward"),
+    (LayerNormNaiveVariance, "layer_norm"),
+    (LayerNormReturnsVariance, "layer_norm"),
+    (LayerNormBackwardDgammaOff, "layer_norm_backward"),
+    (EmbeddingIgnoresTableStrides, "embedding"),
+    (EmbeddingBackwardLastWriteWins, "embedding_backward"),
+    (EmbeddingBackwardNondeterministic, "embedding_backward"),
+    (CrossEntropyIgnoredRowsCount, "cross_entropy"),
+    (CrossEntropyNoMaxSubtraction, "cross_entropy"),
+    (CrossEntropyBackwardUnscaled, "cross_entropy_backward"),
+    (AttentionMasksDiagonal, "attention"),
+    (AttentionBackwardDkUnscaled, "attention_backward"),
+    (FlashForgetsRescale, "flash_attention"),
+    (FlashBackwardDqDoubled, "flash_attention_backward"),
+    (AdamWithoutBiasCorrection, "adam_update"),
+    (AdamL2InsteadOfDecoupled, "adam_update"),
+    (DenseOnlyCopyIgnoresOffset, "copy_strided"),
+]

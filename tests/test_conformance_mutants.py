@@ -1,0 +1,96 @@
+"""The conformance suite's own test: every deliberately broken backend fails, at its op.
+
+For each mutant (``conformance_mutants.py``: 44 plausible bugs over every op family) the
+suite runs on that op's cases and must report a failure or error there, with the op in the
+case id or the message. A few whole-suite runs then check that no *other* op is blamed
+(composites built on a broken primitive may fail too: they really are wrong there), and
+that a raising model check still ends with the table and the JSON.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conformance_mutants import (
+    MUTANTS,
+    AttentionMasksDiagonal,
+    Base,
+    ExpIgnoresOffset,
+    LayerNormBackwardDgammaOff,
+    SoftmaxWithoutMaxSubtraction,
+)
+from helpers import plugin_for
+from riftco.backends.cpu.backend import view
+from riftco.conformance import cli
+
+
+def _run(registry: Any, cls: type[Base], tmp_path: Path, *argv: str) -> tuple[int, dict[str, Any]]:
+    named = type(cls.__name__, (cls,), {"name": "mutant"})
+    registry.register(plugin_for(named), name="mutant")
+    out = tmp_path / "report.json"
+    rc = cli.main(["mutant", *argv, "--json", str(out), "--quiet"])
+    return rc, json.loads(out.read_text())
+
+
+def _bad(report: dict[str, Any]) -> list[dict[str, Any]]:
+    return [c for d in report["devices"] for c in d["cases"] if c["status"] in ("fail", "error")]
+
+
+def test_at_least_thirty_distinct_bugs_over_every_family() -> None:
+    assert len(MUTANTS) >= 30 and len({cls for cls, _ in MUTANTS}) == len(MUTANTS)
+    from riftco.ops import units
+
+    families = {u.family for u in units() if u.samples is not None}
+    blamed = {next(u.family for u in units() if u.name == op) for _, op in MUTANTS}
+    assert families <= blamed, families - blamed
+
+
+@pytest.mark.parametrize(("cls", "op"), MUTANTS, ids=[c.__name__ for c, _ in MUTANTS])
+def test_mutant_fails_at_its_op(registry: Any, tmp_path: Path, cls: type[Base], op: str) -> None:
+    rc, report = _run(registry, cls, tmp_path, "--ops", f"{op}[*", "--max-examples", "5")
+    bad = _bad(report)
+    assert rc == 1 and bad, f"{cls.__name__}: the suite passed a broken {op}"
+    named = [c for c in bad if c["op"] == op or c["reason"].startswith(f"[{op}]")]
+    assert named, [(c["id"], c["reason"][:200]) for c in bad]
+    assert all(c["failing_example"] or c["reason"] for c in named)
+
+
+@pytest.mark.parametrize(
+    ("cls", "op"),
+    [(ExpIgnoresOffset, "exp"), (SoftmaxWithoutMaxSubtraction, "softmax"),
+     (LayerNormBackwardDgammaOff, "layer_norm_backward")],
+    ids=["exp", "softmax", "layer_norm_backward"],
+)  # fmt: skip
+def test_whole_suite_blames_no_other_op(
+    registry: Any, tmp_path: Path, cls: type[Base], op: str
+) -> None:
+    rc, report = _run(registry, cls, tmp_path, "--max-examples", "2")
+    assert rc == 1
+    wrongly = [
+        c["id"] for c in _bad(report)
+        if c["op"] != op and c["mode"] in ("primitive", "native", "memory")
+    ]  # fmt: skip
+    assert wrongly == [], wrongly
+
+
+class ModelCheckRaises(AttentionMasksDiagonal):
+    """Raises inside the model check's attention (heads > 1): the run must still finish."""
+
+    def attention(self, q: Any, k: Any, v: Any, scale: float, causal: bool) -> Any:
+        if view(q).shape[1] == 2 and view(q).shape[2] == 9:  # the model check's shape
+            raise RuntimeError("kernel launch failed")
+        return super().attention(q, k, v, scale, causal)
+
+
+def test_a_raising_model_check_is_a_case_error_and_the_run_finishes(
+    registry: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rc, report = _run(registry, ModelCheckRaises, tmp_path, "--ops", "tiny_transformer,softmax")
+    assert rc == 1 and report["complete"] is True
+    model = next(c for c in _bad(report) if c["id"] == "model/tiny_transformer")
+    assert model["status"] == "error" and "kernel launch failed" in model["reason"]
+    out = capsys.readouterr().out
+    assert "model/tiny_transformer" in out and "FAILED" in out  # the table and the summary
