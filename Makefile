@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test train lint format bench bench-quick conformance-gpu clean
+.PHONY: install test train lint typecheck format bench bench-quick conformance-gpu clean
 
 install: $(STAMP)
 
@@ -43,6 +43,15 @@ train: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(MAKE) --no-print-directory typecheck
+
+# mypy over the installed layout: build/typecheck/riftco links core/'s modules plus
+# backends/, shaders/ and conformance/ under the names they are imported by.
+typecheck: $(STAMP)
+	@rm -rf build/typecheck && mkdir -p build/typecheck/riftco
+	@for f in core/*; do ln -s "$(CURDIR)/$$f" build/typecheck/riftco/; done
+	@for d in backends shaders conformance; do ln -s "$(CURDIR)/$$d" build/typecheck/riftco/$$d; done
+	$(BIN)/mypy
 
 format: $(STAMP)
 	$(BIN)/ruff format .

@@ -28,7 +28,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import riftco  # noqa: E402
-import riftco.tensor_ops as ops  # noqa: E402
+import riftco.ops as ops  # noqa: E402
 from common import machine, table, write_json  # noqa: E402
 from riftco.autograd import Variable  # noqa: E402
 from riftco.backend import FUSED_OPS, PRIMITIVE_OPS  # noqa: E402

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-import riftco.tensor_ops as ops
+import riftco.ops as ops
 from riftco.device import device
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import inspect
 import time
+from functools import partial
 from collections.abc import Callable
 from typing import Any
 
@@ -106,12 +107,11 @@ class SpyInputs:
 def error_cases(backend: Any) -> list[tuple[str, str, Callable[[], CaseResult]]]:
     """(case id, op, run) for every error sample of every unit this backend can express."""
     have = SpyInputs(make_spy(backend), make_spy(backend)).available()
-    out = []
+    out: list[tuple[str, str, Callable[[], CaseResult]]] = []
     for u in units():
         for sample in u.errors:
             if sample.needs <= have:
-                out.append((f"errors/{sample.name}", u.name,
-                            lambda s=sample: _run_error(backend, s)))  # fmt: skip
+                out.append((f"errors/{sample.name}", u.name, partial(_run_error, backend, sample)))
     return out
 
 
@@ -158,12 +158,11 @@ class _DeviceInputs(SpyInputs):
 
 def domain_cases(backend: Any) -> list[tuple[str, str, Callable[[], CaseResult]]]:
     have = _DeviceInputs(backend).available()
-    out = []
+    out: list[tuple[str, str, Callable[[], CaseResult]]] = []
     for u in units():
         for sample in u.domain:
             if sample.needs <= have:
-                out.append((f"domain/{sample.name}", u.name,
-                            lambda s=sample: _run_domain(backend, s)))  # fmt: skip
+                out.append((f"domain/{sample.name}", u.name, partial(_run_domain, backend, sample)))
     return out
 
 
@@ -235,12 +234,12 @@ def protocol_results(cls: type, backend: Any, device: DeviceInfo | None) -> list
         return ""
 
     def methods() -> str:
-        missing = riftco.backend.missing_primitives(cls)
-        bad = signature_problems(cls)
-        return "; ".join(
-            filter(None, [missing and f"missing: {', '.join(missing)}",
-                          bad and f"wrong arity: {', '.join(bad)}"])
-        )  # fmt: skip
+        problems = []
+        if missing := riftco.backend.missing_primitives(cls):
+            problems.append(f"missing: {', '.join(missing)}")
+        if bad := signature_problems(cls):
+            problems.append(f"wrong arity: {', '.join(bad)}")
+        return "; ".join(problems)
 
     def devices() -> str:
         devs = cls.devices()  # type: ignore[attr-defined]

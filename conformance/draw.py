@@ -20,7 +20,7 @@ class HypothesisDraw:
         self.data = data
 
     def choice(self, options: Sequence[T]) -> T:
-        return self.data.draw(st.sampled_from(list(options)))  # type: ignore[no-any-return]
+        return self.data.draw(st.sampled_from(list(options)))
 
     def integer(self, lo: int, hi: int) -> int:
         return int(self.data.draw(st.integers(lo, hi)))

@@ -122,6 +122,6 @@ def for_backend(cls: type | None, explicit: str | None) -> Expectations:
         return Expectations()
     path = Path(rel)
     if not path.is_absolute():
-        module = importlib.import_module(cls.__module__)  # type: ignore[union-attr]
+        module = importlib.import_module(cls.__module__)
         path = Path(getattr(module, "__file__", ".")).parent / path
     return load(path)

@@ -28,6 +28,7 @@ def model_forward_backward(
     """Return {output name: (backend result, float64 reference)} for loss and gradients."""
     from riftco.device import Device
     from riftco.nn import GPT, GPTConfig
+    from riftco.ops import upload
 
     dev = Device(backend.name, backend.device_index)
     ref_dev = Device(reference.name, reference.device_index)
@@ -43,11 +44,14 @@ def model_forward_backward(
         ref.load_state_dict({k: v.astype(np.float64) for k, v in model.state_dict().items()})
         results = []
         for m, d in ((model, dev), (ref, ref_dev)):
-            x = d.backend.from_numpy(ids[:, :-1].astype(index))
-            y = d.backend.from_numpy(ids[:, 1:].astype(index))
+            x = upload(d.backend, ids[:, :-1].astype(index))
+            y = upload(d.backend, ids[:, 1:].astype(index))
             loss = m.loss(x, y)
             loss.backward()
-            grads = {name: p.grad.numpy() for name, p in m.named_parameters()}
+            grads = {
+                name: p.grad.numpy() if p.grad is not None else np.full(p.shape, np.nan)
+                for name, p in m.named_parameters()
+            }
             results.append((loss.value.numpy(), grads))
         (loss_got, got), (loss_exp, exp) = results
         pairs[f"{mode}/loss"] = (loss_got, loss_exp)

@@ -7,6 +7,7 @@ same cases with the same ids.
 from __future__ import annotations
 
 import time
+from functools import partial
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -83,8 +84,9 @@ def plan(target: Target, run: RunSettings) -> list[PlannedCase]:
     target.backend = registry.instance(target.entry.name, target.index)
     target.reference = registry.instance(REFERENCE, 0)
     backend, cls = target.backend, target.entry.cls
+    assert cls is not None  # resolve() only returns available backends
     device = target.entry.devices()[target.index]
-    planned = [PlannedCase("protocol", "protocol", lambda: protocol_results(cls, backend, device))]
+    planned = [PlannedCase("protocol", "protocol", partial(protocol_results, cls, backend, device))]
     for dtype in target.float_dtypes():
         ctx = Ctx(dtype, target.float_dtypes(), target.index_dtypes())
         for unit in numeric_units():
@@ -101,11 +103,11 @@ def plan(target: Target, run: RunSettings) -> list[PlannedCase]:
                     planned.append(PlannedCase(cid, unit.name, _skipped(cid, unit.name, reason)))
                     continue
                 case = NumericCase(unit, ctx, backend, target.reference, forced)
-                planned.append(PlannedCase(cid, unit.name, lambda c=case: [c.run(run)]))
+                planned.append(PlannedCase(cid, unit.name, partial(_numeric, case, run)))
     for group in (error_cases(backend), domain_cases(backend)):
         for cid, op, run_one in group:
             if target.wanted(op, cid) or target.wanted(cid.split("/")[0], cid):
-                planned.append(PlannedCase(cid, op, lambda r=run_one: [r()]))
+                planned.append(PlannedCase(cid, op, partial(_single, run_one)))
     if target.wanted("tiny_transformer", "model/tiny_transformer"):
         planned.append(
             PlannedCase(
@@ -115,6 +117,14 @@ def plan(target: Target, run: RunSettings) -> list[PlannedCase]:
             )
         )
     return planned
+
+
+def _numeric(case: NumericCase, run: RunSettings) -> list[CaseResult]:
+    return [case.run(run)]
+
+
+def _single(run_one: Callable[[], CaseResult]) -> list[CaseResult]:
+    return [run_one()]
 
 
 def _skipped(cid: str, op: str, reason: str) -> Callable[[], list[CaseResult]]:

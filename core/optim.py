@@ -181,7 +181,7 @@ def clip_grad_norm(params: Iterable[Variable], max_norm: float) -> Tensor:
         return _host_scalar()
     totals: dict[tuple[int, Any], Tensor] = {}
     for p in grads:
-        g = p.grad
+        g = _grad(p)
         sq = ops.sum(ops.mul(g, g))
         key = (id(g.backend), g.dtype)
         totals[key] = sq if key not in totals else ops.add(totals[key], sq)
@@ -190,18 +190,23 @@ def clip_grad_norm(params: Iterable[Variable], max_norm: float) -> Tensor:
         scale = float(max_norm) / (norm_value + 1e-6)
         if scale < 1.0:
             for p in grads:
-                p.grad = ops.mul_scalar(p.grad, scale)
+                p.grad = ops.mul_scalar(_grad(p), scale)
         return _host_scalar(norm_value)
     (total,) = totals.values()
     norm = ops.sqrt(total)  # 0-d, on the device
     limit = total.backend.allocate((), total.dtype)
     total.backend.fill(limit, float(max_norm))
     # scale = max_norm / max(norm + eps, max_norm): exactly 1 below the limit
-    scale = ops.div(limit, ops.maximum(ops.add_scalar(norm, 1e-6), limit))
+    factor = ops.div(limit, ops.maximum(ops.add_scalar(norm, 1e-6), limit))
     for p in grads:
-        s = scale.reshape((1,) * p.grad.ndim).broadcast_to(p.grad.shape)
-        p.grad = ops.mul(p.grad, s)
+        g = _grad(p)
+        p.grad = ops.mul(g, factor.reshape((1,) * g.ndim).broadcast_to(g.shape))
     return norm
+
+
+def _grad(p: Variable) -> Tensor:
+    assert p.grad is not None  # filtered above
+    return p.grad
 
 
 def _host_scalar(value: float = 0.0) -> Tensor:

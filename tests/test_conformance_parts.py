@@ -134,3 +134,25 @@ def test_pytest_plugin_skips_without_backend_and_runs_with_one() -> None:
     )  # fmt: skip
     assert ran.returncode == 0, ran.stdout + ran.stderr
     assert " passed" in ran.stdout and "failed" not in ran.stdout
+
+
+def test_help_and_a_clear_error_without_hypothesis() -> None:
+    """A backend author without the conformance extra gets help and one clear line."""
+    code = (
+        "import sys; sys.modules['hypothesis'] = None\n"
+        "from riftco.cli import main\n"
+        "try:\n    main(['conformance', '--help'])\nexcept SystemExit as e:\n    print('help exit', e.code)\n"
+        "print('run exit', main(['conformance', 'cpu']))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert "usage: riftco conformance" in out.stdout and "help exit 0" in out.stdout, out.stderr
+    assert "run exit 2" in out.stdout
+    assert "pip install 'riftco[conformance]'" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_conformance_extra_declares_hypothesis() -> None:
+    import tomllib
+
+    meta = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+    extra = meta["project"]["optional-dependencies"]["conformance"]
+    assert any(req.startswith("hypothesis") for req in extra)

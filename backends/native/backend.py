@@ -128,6 +128,7 @@ class NativeBackend(CPUBackend):
         out, op = self._new((m, n), a.dtype)
         ap, bp = self._in(a), self._in(b)
         fn = self._fn("blas_matmul", a.dtype)
+        assert self._blas is not None  # a gemm exists only where the BLAS loaded
         prev = self._blas.get_threads()
         self._blas.set_threads(1)
         try:

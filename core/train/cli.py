@@ -179,7 +179,8 @@ def parse_train_args(argv: Sequence[str]) -> tuple[argparse.Namespace, set[str]]
 
 def resolve_backend(spec: str, log: Callable[[str], Any] = print) -> Device:
     """The device for ``spec``; say which backend runs and why (``auto``: the choice)."""
-    from .. import device, get_registry
+    from ..device import device
+    from ..plugins import get_registry
 
     if spec.split(":")[0] == "auto":
         name, why = get_registry().auto()

@@ -13,6 +13,7 @@ device). V = 0 is refused by core; N = 0 gives empty results.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Protocol
 
 import numpy as np
@@ -177,7 +178,7 @@ def _bad_targets(t: Any, value: int) -> Any:
 
 def _domain(op: str, run: Any) -> tuple[Any, ...]:
     return tuple(
-        error(f"{op}_target_{name}", op, lambda t, v=v: run(t, v), "index")
+        error(f"{op}_target_{name}", op, functools.partial(run, value=v), "index")
         for name, v in (("equal_to_V", 5), ("minus_2", -2), ("huge", 2**31 - 1))
     )
 
@@ -201,7 +202,8 @@ CROSS_ENTROPY = OpUnit(
         error("cross_entropy_no_classes", "cross_entropy",
               lambda t: cross_entropy(t.f(4, 0), t.i(4)), "index"),
     ),
-    domain=_domain("cross_entropy", lambda t, v: cross_entropy(t.f(3, 5), _bad_targets(t, v))),
+    domain=_domain("cross_entropy",
+                   lambda t, value: cross_entropy(t.f(3, 5), _bad_targets(t, value))),
 )  # fmt: skip
 CROSS_ENTROPY_BACKWARD = OpUnit(
     "cross_entropy_backward", "fused", "cross_entropy",
@@ -213,8 +215,8 @@ CROSS_ENTROPY_BACKWARD = OpUnit(
     errors=(error("cross_entropy_backward_lse_shape", "cross_entropy_backward",
                   lambda t: cross_entropy_backward(t.f(3), t.f(3, 4), t.i(3), t.f(4)), "index"),),
     domain=_domain("cross_entropy_backward",
-                   lambda t, v: cross_entropy_backward(t.f(3), t.f(3, 5), _bad_targets(t, v),
-                                                       t.f(3))),
+                   lambda t, value: cross_entropy_backward(t.f(3), t.f(3, 5),
+                                                           _bad_targets(t, value), t.f(3))),
 )  # fmt: skip
 
 register(CROSS_ENTROPY, CROSS_ENTROPY_BACKWARD)

@@ -10,6 +10,7 @@ never touching memory out of bounds). C = 0 and zero ids give empty results.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Protocol
 
 import numpy as np
@@ -179,7 +180,7 @@ def _bad_ids(t: Any, value: int) -> Any:
 
 def _domain(op: str, run: Any) -> tuple[Any, ...]:
     return tuple(
-        error(f"{op}_id_{name}", op, lambda t, v=v: run(t, v), "index")
+        error(f"{op}_id_{name}", op, functools.partial(run, value=v), "index")
         for name, v in (("equal_to_V", 5), ("negative", -1), ("huge", 2**31 - 1))
     )
 
@@ -199,7 +200,7 @@ EMBEDDING = OpUnit(
         error("float_ids_embedding", "embedding", lambda t: embedding(t.f(5, 3), t.f(4))),
         error("embedding_table_rank", "embedding", lambda t: embedding(t.f(5), t.i(2)), "index"),
     ),
-    domain=_domain("embedding", lambda t, v: embedding(t.f(5, 3), _bad_ids(t, v))),
+    domain=_domain("embedding", lambda t, value: embedding(t.f(5, 3), _bad_ids(t, value))),
 )  # fmt: skip
 EMBEDDING_BACKWARD = OpUnit(
     "embedding_backward", "fused", "embedding", EmbeddingMethods.embedding_backward,
@@ -214,7 +215,7 @@ EMBEDDING_BACKWARD = OpUnit(
               lambda t: embedding_backward(t.f(2, 4), t.i(2), 0), "index"),
     ),
     domain=_domain("embedding_backward",
-                   lambda t, v: embedding_backward(t.f(2, 2, 3), _bad_ids(t, v), 5)),
+                   lambda t, value: embedding_backward(t.f(2, 2, 3), _bad_ids(t, value), 5)),
 )  # fmt: skip
 
 register(EMBEDDING, EMBEDDING_BACKWARD)

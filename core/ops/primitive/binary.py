@@ -216,7 +216,7 @@ def _binary_samples(op: str) -> Samples:
         if p.get("special"):
             specials = (np.nan, np.inf, -np.inf, 0.0, -0.0)
             a, b = with_specials(a, rng, *specials), with_specials(b, rng, *specials)
-        lay_b = p.get("layout_b", p["layout"])
+        lay_b = str(p.get("layout_b", p["layout"]))
         return Example(label(p), [Arr(a, layout=p["layout"]), Arr(b, layout=lay_b)], params=p)
 
     def draw(d: Draw) -> Params:

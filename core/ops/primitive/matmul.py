@@ -95,7 +95,7 @@ def _build(p: Params, ctx: Ctx) -> Example:
     av, bv = normal(rng, a_shape), normal(rng, b_shape)
     if p.get("special"):
         av = with_specials(av, rng, np.nan, np.inf)
-    args = [Arr(av, layout=lay), Arr(bv, layout=p.get("layout_b", lay))]
+    args = [Arr(av, layout=lay), Arr(bv, layout=str(p.get("layout_b", lay)))]
     return Example(label(p), args, {"transpose_a": p["ta"], "transpose_b": p["tb"]}, params=p)
 
 

@@ -291,7 +291,7 @@ FROM_NUMPY = OpUnit(
 TO_NUMPY = OpUnit(
     "to_numpy", "memory", "memory", MemoryMethods.to_numpy, function=download,
     tolerance=EXACT_TOLERANCES, nan="exact copy (NaN, +-inf, -0.0 preserved)", samples=_VIEWS,
-    errors=(error("to_numpy_of_list", "to_numpy", lambda t: download([1.0])),),
+    errors=(error("to_numpy_of_list", "to_numpy", lambda t: download([1.0])),),  # type: ignore[arg-type]
 )  # fmt: skip
 COPY_STRIDED = OpUnit(
     "copy_strided", "memory", "memory", MemoryMethods.copy_strided, function=copy_strided,

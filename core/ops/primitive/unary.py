@@ -167,7 +167,7 @@ def samples(op: str) -> Samples:
     def draw(d: Draw) -> Params:
         return {"shape": d.shape(), "large": op in LARGE and d.boolean()}
 
-    extra = ()
+    extra: tuple[Params, ...] = ()
     if op in LARGE:
         extra = edges({"label": f"large magnitude (+-{LARGE[op]:g})", "shape": (4, 33),
                        "large": True})  # fmt: skip
