@@ -22,7 +22,7 @@ import numpy as np
 import riftco
 from riftco.backend import PROTOCOL_VERSION, Capabilities, DeviceInfo
 from riftco.ops.samples import ErrorSample
-from riftco.ops.unit import OpUnit, units
+from riftco.ops.opunit import OpUnit, units
 from riftco.tensor import Tensor
 
 from .results import CaseResult

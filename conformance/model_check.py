@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from riftco.ops.comparison import compare
-from riftco.ops.unit import Tolerance
+from riftco.ops.opunit import Tolerance
 
 from .results import CaseResult
 

@@ -32,7 +32,7 @@ from hypothesis import strategies as st
 from riftco.ops.comparison import Comparison, compare
 from riftco.ops.primitive.memory import storage_array
 from riftco.ops.samples import Ctx, Example, Params
-from riftco.ops.unit import OpUnit
+from riftco.ops.opunit import OpUnit
 
 from .draw import drawn_params
 from .inputs import tensors, upload_args

@@ -15,7 +15,7 @@ from typing import Any
 
 import riftco
 from riftco.ops.samples import Ctx
-from riftco.ops.unit import OpUnit, units
+from riftco.ops.opunit import OpUnit, units
 
 from .inputs import upload_args
 

@@ -52,7 +52,7 @@ from .ops.primitive.memory import MemoryMethods
 from .ops.primitive.reduce import ReduceMethods
 from .ops.primitive.select import COMPARE_OPS, SelectMethods  # noqa: F401  (re-exported)
 from .ops.primitive.unary import UnaryMethods
-from .ops.unit import units
+from .ops.opunit import units
 from .tensor import Tensor
 
 PROTOCOL_VERSION: tuple[int, int] = (1, 0)

@@ -65,6 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     commands = {
         "backends": ("list backends, devices and capabilities", _backends),
+        "ops": ("list every protocol op and the module that defines it", None),
         "conformance": ("check a backend against the CPU reference", None),
         "train": ("train the tiny transformer", None),
         "sample": ("sample text from a checkpoint", None),
@@ -80,6 +81,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     cmd, rest = argv[0], argv[1:]
     if cmd == "backends":
         return _backends(rest)
+    if cmd == "ops":
+        from .ops.table import markdown, text
+
+        print(markdown() if "--markdown" in rest else text())
+        return 0
     if cmd == "conformance":
         from riftco.conformance.cli import main as conformance_main
 

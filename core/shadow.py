@@ -29,7 +29,7 @@ from .errors import ValidationError
 from .ops import dispatch  # the module: its ``validator`` global is the hook
 from .ops.comparison import compare
 from .ops.primitive.memory import host_view
-from .ops.unit import OpUnit, Tolerance
+from .ops.opunit import OpUnit, Tolerance
 from .tensor import Tensor
 
 REFERENCE = "cpu"

@@ -13,7 +13,7 @@ from riftco.backend import FUSED_OPS, PRIMITIVE_OPS
 from riftco.conformance import expectations as ex
 from riftco.ops import unit
 from riftco.ops.comparison import compare
-from riftco.ops.unit import EXACT, Tolerance
+from riftco.ops.opunit import EXACT, Tolerance
 
 
 def tolerance(op: str, dtype: str) -> Tolerance:

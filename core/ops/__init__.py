@@ -4,7 +4,7 @@
 matmul, layout), ``fused/`` the optional ones (GELU, softmax, LayerNorm, embedding, cross
 entropy, both attentions, AdamW). Each module keeps everything riftco knows about its op:
 the typed protocol method and its semantics, the metadata checks, the composite fallback,
-the VJP, the tolerances and the conformance samples (see ``unit.py``). The functions here
+the VJP, the tolerances and the conformance samples (see ``opunit.py``). The functions here
 validate, then dispatch to the operands' backend (``dispatch.py``); none builds a graph.
 
 A new op is one module in ``primitive/`` or ``fused/`` that calls ``register``: it is found
@@ -41,7 +41,7 @@ from .primitive.reduce import argmax, max, mean, sum, sum_to_shape
 from .primitive.select import COMPARE_OPS, cast, compare, where
 from .primitive.unary import abs, exp, log, neg, rsqrt, sqrt, tanh
 from .checks import same_backend
-from .unit import OpUnit, register, unit, units
+from .opunit import OpUnit, register, unit, units
 
 
 def _discover() -> None:

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from .unit import Tolerance
+from .opunit import Tolerance
 
 
 @dataclass

@@ -24,7 +24,7 @@ import numpy as np
 
 from ..errors import BackendContractError
 from ..tensor import Tensor
-from .unit import OpUnit
+from .opunit import OpUnit
 
 if TYPE_CHECKING:
     from ..backend import Backend

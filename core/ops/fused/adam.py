@@ -20,7 +20,7 @@ from ..primitive.memory import assign_
 from ..primitive.unary import sqrt
 from ..samples import Arr, Ctx, Draw, Example, Params, Samples, edges, error, label
 from ..samples import log_uniform, normal, rng_of
-from ..unit import OpUnit, Tolerance, Tolerances, register
+from ..opunit import OpUnit, Tolerance, Tolerances, register
 
 
 class AdamMethods(Protocol):

@@ -26,7 +26,7 @@ from ..primitive.binary import mul_scalar
 from ..primitive.select import where
 from ..samples import SMALL_SIZES, Arr, Ctx, Draw, Example, Params, Samples, edges, error
 from ..samples import label, normal, rng_of
-from ..unit import OpUnit, Tolerance, Tolerances, register
+from ..opunit import OpUnit, Tolerance, Tolerances, register
 from .softmax import np_softmax, softmax, softmax_backward
 
 

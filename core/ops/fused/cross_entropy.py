@@ -29,7 +29,7 @@ from ..primitive.select import where
 from ..primitive.unary import exp, log
 from ..samples import SIZES, Arr, Ctx, Draw, Example, Params, Samples, edges, error, label
 from ..samples import normal, rng_of
-from ..unit import OpUnit, Tolerance, Tolerances, register
+from ..opunit import OpUnit, Tolerance, Tolerances, register
 from .embedding import check_ids, defer_range, one_hot
 from .softmax import along_rows
 

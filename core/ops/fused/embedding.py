@@ -26,7 +26,7 @@ from ..primitive.reduce import max, sum
 from ..primitive.select import cast, compare
 from ..samples import SIZES, Arr, Ctx, Draw, Example, Params, Samples, edges, error, label
 from ..samples import normal, rng_of
-from ..unit import EXACT_TOLERANCES, OpUnit, Tolerance, Tolerances, register
+from ..opunit import EXACT_TOLERANCES, OpUnit, Tolerance, Tolerances, register
 
 
 class EmbeddingMethods(Protocol):

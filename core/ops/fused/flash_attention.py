@@ -24,7 +24,7 @@ from ..primitive.memory import full_like
 from ..primitive.reduce import max, sum
 from ..primitive.unary import exp, log
 from ..samples import Arr, Ctx, Example, Params, Samples, error, label
-from ..unit import OpUnit, Tolerance, Tolerances, register
+from ..opunit import OpUnit, Tolerance, Tolerances, register
 from .attention import BENCH, EDGES, attention_backward_composite, check_qkv, cost, draw, np_scores
 from .attention import qkv, score_max, score_scale, scores
 from .cross_entropy import np_lse

@@ -25,7 +25,7 @@ from ..primitive.select import compare, where
 from ..primitive.unary import abs, exp, neg, tanh
 from ..samples import Arr, Ctx, Draw, Example, Params, Samples, edges, error, label, normal
 from ..samples import rng_of, with_specials
-from ..unit import OpUnit, Tolerance, Tolerances, register
+from ..opunit import OpUnit, Tolerance, Tolerances, register
 
 APPROXIMATIONS: tuple[str, ...] = ("tanh", "none")
 _K = math.sqrt(2.0 / math.pi)

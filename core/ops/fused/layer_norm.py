@@ -23,7 +23,7 @@ from ..primitive.reduce import mean, sum
 from ..primitive.unary import rsqrt
 from ..samples import Arr, Ctx, Draw, Example, Params, Samples, edges, error, label, normal
 from ..samples import rng_of
-from ..unit import OpUnit, Tolerance, Tolerances, register
+from ..opunit import OpUnit, Tolerance, Tolerances, register
 from .softmax import along_rows
 
 

@@ -21,7 +21,7 @@ from ..primitive.reduce import max, sum
 from ..primitive.unary import exp
 from ..samples import Arr, Ctx, Draw, Example, Params, Samples, edges, error, label, normal
 from ..samples import rng_of
-from ..unit import OpUnit, Tolerance, Tolerances, register
+from ..opunit import OpUnit, Tolerance, Tolerances, register
 
 
 class SoftmaxMethods(Protocol):

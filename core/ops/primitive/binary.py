@@ -20,7 +20,7 @@ from .. import checks
 from ..dispatch import Out, dispatch
 from ..samples import Arr, Ctx, Draw, Example, Params, Samples, edges, error, grid, label
 from ..samples import log_uniform, normal, rng_of, signed_away_from_zero, with_specials
-from ..unit import OpUnit, Tolerance, Tolerances, register
+from ..opunit import OpUnit, Tolerance, Tolerances, register
 from .select import compare
 
 FLOATS = checks.FLOATS

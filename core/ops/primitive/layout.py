@@ -18,7 +18,7 @@ from .. import checks
 from ..dispatch import Out, dispatch
 from ..samples import SIZES, Arr, Ctx, Draw, Example, Params, Samples, edges, error, label
 from ..samples import normal, rng_of
-from ..unit import EXACT_TOLERANCES, OpUnit, register
+from ..opunit import EXACT_TOLERANCES, OpUnit, register
 
 
 class LayoutMethods(Protocol):

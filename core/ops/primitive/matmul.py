@@ -17,7 +17,7 @@ from .. import checks
 from ..dispatch import Out, dispatch
 from ..samples import SMALL_SIZES, SIZES, Arr, Ctx, Draw, Example, Params, Samples, edges, error
 from ..samples import label, normal, rms, rng_of, with_specials
-from ..unit import OpUnit, Tolerance, Tolerances, register
+from ..opunit import OpUnit, Tolerance, Tolerances, register
 
 import numpy as np
 

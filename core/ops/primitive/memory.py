@@ -21,7 +21,7 @@ from .. import checks, deferred
 from ..dispatch import Out, dispatch
 from ..samples import LAYOUTS, Arr, Ctx, Draw, Example, Params, Samples, edges, error, label
 from ..samples import normal, rng_of
-from ..unit import EXACT_TOLERANCES, OpUnit, register
+from ..opunit import EXACT_TOLERANCES, OpUnit, register
 
 
 class MemoryMethods(Protocol):
@@ -291,6 +291,7 @@ FROM_NUMPY = OpUnit(
 TO_NUMPY = OpUnit(
     "to_numpy", "memory", "memory", MemoryMethods.to_numpy, function=download,
     tolerance=EXACT_TOLERANCES, nan="exact copy (NaN, +-inf, -0.0 preserved)", samples=_VIEWS,
+    cost=_copy_cost,
     errors=(error("to_numpy_of_list", "to_numpy", lambda t: download([1.0])),),  # type: ignore[arg-type]
 )  # fmt: skip
 COPY_STRIDED = OpUnit(

@@ -23,7 +23,7 @@ from .. import checks
 from ..dispatch import Out, dispatch
 from ..samples import Arr, Ctx, Draw, Example, Params, Samples, edges, error, grid, label
 from ..samples import normal, rms, rng_of, with_specials
-from ..unit import EXACT_TOLERANCES, OpUnit, Tolerance, Tolerances, register
+from ..opunit import EXACT_TOLERANCES, OpUnit, Tolerance, Tolerances, register
 from .binary import div, mul, mul_scalar
 from .select import compare
 

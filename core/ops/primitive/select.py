@@ -20,7 +20,7 @@ from .. import checks
 from ..dispatch import Out, dispatch
 from ..samples import Arr, Ctx, Draw, Example, Params, Samples, edges, error, grid, label
 from ..samples import normal, rng_of, with_specials
-from ..unit import EXACT_TOLERANCES, OpUnit, register
+from ..opunit import EXACT_TOLERANCES, OpUnit, register
 from .memory import full_like
 
 COMPARE_OPS: tuple[str, ...] = ("lt", "le", "gt", "ge", "eq", "ne")

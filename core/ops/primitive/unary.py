@@ -17,7 +17,7 @@ from .. import checks
 from ..dispatch import Out, dispatch
 from ..samples import Arr, Ctx, Draw, Example, Params, Samples, edges, error, label, normal
 from ..samples import log_uniform, rng_of, with_specials
-from ..unit import OpUnit, Tolerance, Tolerances, register
+from ..opunit import OpUnit, Tolerance, Tolerances, register
 from .binary import add_scalar, div, mul, mul_scalar, sub
 from .memory import full_like
 from .select import compare

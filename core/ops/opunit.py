@@ -118,9 +118,11 @@ class OpUnit:
 
     @property
     def summary(self) -> str:
-        """The first line of the protocol method's docstring."""
-        doc = (self.method.__doc__ or "").strip()
-        return doc.splitlines()[0] if doc else ""
+        """The first sentence of the protocol method's docstring."""
+        doc = (self.method.__doc__ or "").strip().split("\n\n")[0]
+        text = " ".join(line.strip() for line in doc.splitlines())
+        end = text.find(". ")
+        return text if end < 0 else text[: end + 1]
 
     def is_native(self, backend: Any) -> bool:
         """True when ``backend``'s class defines this method (always for required ones)."""
