@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test train lint format bench bench-quick conformance-gpu clean
+.PHONY: install test train lint format bench bench-quick conformance-gpu mac-check clean
 
 install: $(STAMP)
 
@@ -39,6 +39,13 @@ conformance-gpu: $(STAMP)
 
 train: $(STAMP)
 	$(BIN)/riftco train
+
+# On a Mac: Metal conformance, a 300-step training run and a benchmark against native (and
+# PyTorch MPS / MLX when installed), all in one folder plus a .zip to attach to an issue
+# (docs/METAL.md). Elsewhere it runs on the stand-in:
+#   RIFTCO_METAL_STANDIN=1 make mac-check MAC_CHECK_ARGS=--quick
+mac-check: $(STAMP)
+	$(BIN)/python bench/mac_check.py $(MAC_CHECK_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
