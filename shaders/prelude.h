@@ -90,7 +90,7 @@ typedef unsigned char uchar;
 #endif
 #define KERNEL extern "C" __global__
 #define GLOBAL
-#define LOCAL __shared__
+#define LOCAL __shared__ __align__(16) /* lets 4 adjacent reads become one 16-byte load */
 #define LOCAL_PTR
 #define ARG(n)
 #define THREAD_ARGS
