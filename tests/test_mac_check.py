@@ -25,8 +25,12 @@ ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "bench" / "mac_check.py"
 VOCAB = 65  # bench/train_step.py's vocabulary
 
-clrt = pytest.importorskip("riftco.backends.opencl.runtime", reason="pyopencl import failed")
-_devices, _why = clrt.enumerate_devices()
+try:  # the stand-in runs on OpenCL; the tests that do not need it run regardless
+    from riftco.backends.opencl import runtime as clrt
+
+    _devices, _why = clrt.enumerate_devices()
+except Exception as exc:  # pyopencl missing or broken
+    _devices, _why = [], f"pyopencl import failed: {exc}"
 needs_standin = pytest.mark.skipif(not _devices, reason=f"the stand-in needs OpenCL: {_why}")
 
 

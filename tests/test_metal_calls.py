@@ -183,8 +183,12 @@ def test_pending_cap_waits_for_the_oldest_and_remembers_it(fake, monkeypatch):
 
 
 # -- the stand-in: a whole training step ----------------------------------------------------------
-clrt = pytest.importorskip("riftco.backends.opencl.runtime", reason="pyopencl import failed")
-_devices, _why = clrt.enumerate_devices()
+try:  # the stand-in runs on OpenCL; the fake-metalcompute tests above run regardless
+    from riftco.backends.opencl import runtime as clrt
+
+    _devices, _why = clrt.enumerate_devices()
+except Exception as exc:  # pyopencl missing or broken
+    _devices, _why = [], f"pyopencl import failed: {exc}"
 
 
 @pytest.mark.skipif(not _devices, reason=f"the stand-in needs OpenCL: {_why}")
