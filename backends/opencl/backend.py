@@ -23,6 +23,7 @@ import numpy as np
 from riftco.backend import DeviceInfo
 from riftco.kernels.backend import KernelBackend
 
+from . import pocl
 from . import runtime as rt
 
 _BASE_DTYPES = (np.dtype(np.float32), np.dtype(np.int32), np.dtype(np.int64))
@@ -80,6 +81,7 @@ class OpenCLBackend(KernelBackend):
                 "max_group_size": int(d.max_work_group_size),
                 "compute_units": int(d.max_compute_units),
                 "global_mem_bytes": int(d.global_mem_size),
+                **pocl.details(d),  # which PoCL and LLVM, compiling for which CPU
             }
             out.append(DeviceInfo(i, d.name.strip(), tuple(sorted(dts)), details))
         return out

@@ -21,6 +21,8 @@ from typing import Any
 import numpy as np
 from riftco.errors import BackendUnavailableError, KernelCompileError
 
+from .pocl import cpu_rank
+
 try:  # pyopencl is optional: the backend reports itself unavailable without it
     import pyopencl as cl
 except Exception as exc:  # pragma: no cover - depends on the environment
@@ -40,7 +42,9 @@ _PROBE_SOURCE = "__kernel void riftco_probe(__global float* x) { x[get_global_id
 
 @functools.lru_cache(maxsize=1)
 def enumerate_devices() -> tuple[list[Any], str]:
-    """``(devices, error)``: every usable OpenCL device, GPUs first; ``error`` when none.
+    """``(devices, error)``: every usable OpenCL device, GPUs first, then CPU devices
+    ranked by :func:`pocl.cpu_rank` (vendor runtimes, then the newest PoCL and LLVM);
+    ``error`` when none.
 
     Each device must build a one-line probe kernel: an ICD whose compiler cannot target
     this CPU (PoCL built on an LLVM too old for the host reports "unknown target CPU
@@ -70,7 +74,8 @@ def enumerate_devices() -> tuple[list[Any], str]:
         detail = "; ".join(f"{k}: {v}" for k, v in BROKEN.items())
         return [], "no usable OpenCL device" + (f" ({detail})" if detail else "")
     gpu = [d for d in found if not d.type & cl.device_type.CPU]
-    cpu = [d for d in found if d.type & cl.device_type.CPU]
+    # the same CPU may come twice (Debian's PoCL and the pip wheel's): best first (pocl.py)
+    cpu = sorted((d for d in found if d.type & cl.device_type.CPU), key=cpu_rank)
     return gpu + cpu, ""
 
 
