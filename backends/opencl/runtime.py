@@ -35,6 +35,12 @@ else:
 MAX_GROUP = 1024
 DEFAULT_GROUP = 256
 GROUP_ENV = "RIFTCO_OPENCL_GROUP_SIZE"
+FAST_MATH_ENV = "RIFTCO_FAST_MATH"
+#: Metal compiles with fast math unless told otherwise; these make an OpenCL compiler
+#: assume the same (no NaN or infinity, reassociation, relaxed builtins), so a kernel that
+#: only works with IEEE specials fails on Linux first. PoCL (clang) honours them: it folds
+#: ``x != x`` to false under either flag (checked in tests/test_kernel_specials.py).
+FAST_MATH_OPTIONS = ("-cl-fast-relaxed-math", "-cl-finite-math-only")
 
 
 _PROBE_SOURCE = "__kernel void riftco_probe(__global float* x) { x[get_global_id(0)] = 1.0f; }"
@@ -100,6 +106,21 @@ def has_fp64(device: Any) -> bool:
     return "cl_khr_fp64" in device.extensions.split()
 
 
+def fast_math_from_env(default: bool = False) -> bool:
+    """``RIFTCO_FAST_MATH``: 1/true/yes/on turns fast math on, 0/false/no/off off, unset
+    (or empty) leaves ``default``; anything else is an error naming the variable."""
+    raw = os.environ.get(FAST_MATH_ENV, "").strip().lower()
+    if not raw:
+        return default
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    if raw in ("0", "false", "no", "off"):
+        return False
+    raise BackendUnavailableError(
+        f"[opencl] {FAST_MATH_ENV}={os.environ[FAST_MATH_ENV]!r} must be 1 or 0 (true/false)"
+    )
+
+
 def group_size_for(device: Any, requested: int | None = None) -> int:
     """The launch group size: ``requested`` or RIFTCO_OPENCL_GROUP_SIZE or 256, checked."""
     limit = min(int(device.max_work_group_size), MAX_GROUP)
@@ -123,7 +144,7 @@ def group_size_for(device: Any, requested: int | None = None) -> int:
 
 _shared_lock = threading.Lock()
 _contexts: dict[int, tuple[Any, Any]] = {}
-_programs: dict[tuple[int, str], Any] = {}
+_programs: dict[tuple[int, str, bool], Any] = {}
 
 
 def _context(index: int, device: Any) -> tuple[Any, Any]:
@@ -157,7 +178,9 @@ class OpenCLProgram:
 class OpenCLRuntime:
     """Implements ``riftco.kernels.runtime.Runtime`` on one OpenCL device."""
 
-    def __init__(self, index: int, group_size: int | None = None) -> None:
+    def __init__(
+        self, index: int, group_size: int | None = None, fast_math: bool | None = None
+    ) -> None:
         devices, error = enumerate_devices()
         if error or not 0 <= index < len(devices):
             raise BackendUnavailableError(f"[opencl] no device {index}: {error or 'out of range'}")
@@ -166,6 +189,8 @@ class OpenCLRuntime:
         self.device_name = self.device.name.strip()
         self.context, self.queue = _context(index, self.device)
         self.group_size = group_size_for(self.device, group_size)
+        #: Build with FAST_MATH_OPTIONS (argument, else RIFTCO_FAST_MATH, else off).
+        self.fast_math = fast_math_from_env() if fast_math is None else bool(fast_math)
         self._kernel_groups: dict[int, int] = {}
         #: CPU devices get kernels shaped for caches and SIMD rather than for threadgroups
         #: (matmul_panel); a plain attribute so tests can force the GPU path on PoCL.
@@ -198,12 +223,13 @@ class OpenCLRuntime:
         return cl.Buffer(self.context, flags, hostbuf=np.frombuffer(data, dtype=np.uint8))
 
     def compile(self, source: str, name: str) -> OpenCLProgram:
-        key = (self.index, source)
+        key = (self.index, source, self.fast_math)
         with _shared_lock:
             program = _programs.get(key)
         if program is None:
             try:
-                program = cl.Program(self.context, source).build(options=["-cl-std=CL1.2"])
+                options = ["-cl-std=CL1.2", *(FAST_MATH_OPTIONS if self.fast_math else ())]
+                program = cl.Program(self.context, source).build(options=options)
             except cl.Error as exc:  # RuntimeError subclass carrying the build log
                 raise KernelCompileError(
                     f"[compile] {name} failed to build on {self.device_name}:\n{exc}"
