@@ -37,7 +37,7 @@ KERNEL void layer_norm_forward(GLOBAL T* y ARG(0), GLOBAL T* mean ARG(1), GLOBAL
             }
         }
         T var = rt_team_sum(buf, acc, rt) / (T)C;
-        T r = (T)1.0 / sqrt(var + eps);
+        T r = (T)1.0 / PRECISE_SQRT(var + eps);
         if (active) {
             for (int j = rt.tl; j < C; j += rt.tw) {
                 y[base + j] = (x[base + j] - mu) * r * gamma[j] + beta[j];

@@ -10,13 +10,20 @@
  * row chunk t / cols (so a long reduced axis can be split over many threads and finished
  * by a second launch).
  * P rows kernels: [0] rows, [1] cols. P cols kernels: [0] rows, [1] cols, [2] chunk.
+ *
+ * Max and argmax need no -inf sentinel: every partial starts from a real element of its
+ * row or chunk (max is idempotent, and argmax's tie rule prefers the smaller index, so
+ * element 0 counted twice changes nothing). NaN is found by bits (specials.h), never by
+ * a != a, which fast math may fold to false. Sums are plain IEEE arithmetic.
  */
+
+#include "specials.h"
 
 #define RIFTCO_REDUCE_MAX_GROUP 1024
 
 INLINE T riftco_add(T a, T b) { return a + b; }
 /* Propagates NaN like numpy's max. */
-INLINE T riftco_max(T a, T b) { return (a > b || a != a) ? a : b; }
+INLINE T riftco_max(T a, T b) { return RIFTCO_ISNAN(a) || (!RIFTCO_ISNAN(b) && a > b) ? a : b; }
 
 /* Tree reduction over a threadgroup of any size; every thread gets the result.
  * All threads of the group must call it (it holds barriers). */
@@ -38,6 +45,7 @@ INLINE T riftco_max(T a, T b) { return (a > b || a != a) ? a : b; }
 RIFTCO_GROUP_REDUCE(riftco_group_sum, riftco_add)
 RIFTCO_GROUP_REDUCE(riftco_group_max, riftco_max)
 
+/* init(xs, first) is the starting value of a partial whose elements begin at xs[first]. */
 #define RIFTCO_REDUCE_KERNELS(op, combine, group_fn, init)                             \
     KERNEL void op##_rows(GLOBAL T* out ARG(0), GLOBAL const T* x ARG(1),              \
                           GLOBAL const int* P ARG(2) THREAD_ARGS) {                    \
@@ -46,7 +54,7 @@ RIFTCO_GROUP_REDUCE(riftco_group_max, riftco_max)
         const int cols = P[1];                                                         \
         for (int row = GROUP_ID; row < rows; row += NUM_GROUPS) {                      \
             GLOBAL const T* xr = x + row * cols;                                       \
-            T acc = init;                                                              \
+            T acc = init(xr, 0);                                                       \
             for (int c = LID; c < cols; c += GROUP_SIZE) acc = combine(acc, xr[c]);    \
             acc = group_fn(buf, acc, LID, GROUP_SIZE);                                 \
             if (LID == 0) out[row] = acc;                                              \
@@ -58,7 +66,7 @@ RIFTCO_GROUP_REDUCE(riftco_group_max, riftco_max)
         const int cols = P[1];                                                         \
         for (int row = GID; row < rows; row += GLOBAL_SIZE) {                          \
             GLOBAL const T* xr = x + row * cols;                                       \
-            T acc = init;                                                              \
+            T acc = init(xr, 0);                                                       \
             for (int c = 0; c < cols; ++c) acc = combine(acc, xr[c]);                  \
             out[row] = acc;                                                            \
         }                                                                              \
@@ -73,20 +81,22 @@ RIFTCO_GROUP_REDUCE(riftco_group_max, riftco_max)
             const int col = t % cols;                                                  \
             const int part = t / cols;                                                 \
             const int r1 = min(rows, (part + 1) * chunk);                              \
-            T acc = init;                                                              \
+            T acc = init(x, part * chunk * cols + col);                                \
             for (int r = part * chunk; r < r1; ++r) acc = combine(acc, x[r * cols + col]); \
             out[t] = acc;                                                              \
         }                                                                              \
     }
 
-RIFTCO_REDUCE_KERNELS(sum, riftco_add, riftco_group_sum, (T)0)
-RIFTCO_REDUCE_KERNELS(max, riftco_max, riftco_group_max, -INFINITY_T)
+#define RIFTCO_SUM_INIT(xs, first) ((T)0)
+#define RIFTCO_MAX_INIT(xs, first) ((xs)[first])
+RIFTCO_REDUCE_KERNELS(sum, riftco_add, riftco_group_sum, RIFTCO_SUM_INIT)
+RIFTCO_REDUCE_KERNELS(max, riftco_max, riftco_group_max, RIFTCO_MAX_INIT)
 
 /* (value, index) is better than (w, j) when larger, or equal with a smaller index; NaN
  * counts as largest (numpy returns the first NaN). */
 INLINE bool riftco_arg_better(T v, int i, T w, int j) {
-    if (v != v) return w == w || i < j;
-    if (w != w) return false;
+    if (RIFTCO_ISNAN(v)) return !RIFTCO_ISNAN(w) || i < j;
+    if (RIFTCO_ISNAN(w)) return false;
     return v > w || (v == w && i < j);
 }
 
@@ -101,8 +111,8 @@ KERNEL void argmax_rows(GLOBAL int* out ARG(0), GLOBAL const T* x ARG(1),
     const int gsize = GROUP_SIZE;
     for (int row = GROUP_ID; row < rows; row += NUM_GROUPS) {
         GLOBAL const T* xr = x + row * cols;
-        T best = -INFINITY_T;
-        int besti = cols; /* sentinel: loses every tie against a real index */
+        T best = xr[0]; /* a real candidate: no -inf sentinel */
+        int besti = 0;
         for (int c = lid; c < cols; c += gsize) {
             if (riftco_arg_better(xr[c], c, best, besti)) {
                 best = xr[c];
@@ -122,7 +132,7 @@ KERNEL void argmax_rows(GLOBAL int* out ARG(0), GLOBAL const T* x ARG(1),
             }
             BARRIER();
         }
-        if (lid == 0) out[row] = ibuf[0] < cols ? ibuf[0] : 0;
+        if (lid == 0) out[row] = ibuf[0];
         BARRIER();
     }
 }

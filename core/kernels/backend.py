@@ -9,7 +9,9 @@ kernel signature lists them: the tensors' buffers, then an int32 parameter buffe
 ``ints`` is given), then a parameter buffer of the element type (when ``floats`` is
 given). metalcompute has no scalar arguments, so every size and constant travels this way
 on every runtime. Launches are asynchronous; only ``to_numpy`` (hence ``item``) and
-``synchronize`` wait for the device.
+``synchronize`` wait for the device. Index-taking kernels also get the device status buffer
+(``status=(op, bound)``, bound after the tensors); those sync points read it when such a
+kernel ran since the last read and raise the deferred DomainError (``status.py``).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from .layout import collapse
 from .primitives import PrimitiveKernels
 from .runtime import Program, Runtime
 from .sources import program_source
+from .status import DeviceStatus
 
 #: Parameter buffers are immutable and keyed by content, so hot loops reuse them.
 _CONSTANT_CACHE_SIZE = 4096
@@ -69,6 +72,15 @@ class KernelBackend(FusedKernels, PrimitiveKernels, BackendBase):
         self._constants: OrderedDict[tuple[Any, ...] | bytes, Any] = OrderedDict()
         self._launchable: dict[tuple[Any, ...], Any] = {}
         self._stats = TransferStats()
+        self.device_status = DeviceStatus(
+            self.runtime.allocate, self.runtime.upload, self._read_status
+        )
+
+    def _read_status(self, buffer: Any, nbytes: int) -> np.ndarray:
+        raw = self.runtime.download(buffer, nbytes)
+        self._stats.downloads += 1
+        self._stats.download_bytes += nbytes
+        return raw
 
     def make_runtime(self, device_index: int) -> Runtime:
         """The runtime for ``device_index``; subclasses override."""
@@ -112,8 +124,12 @@ class KernelBackend(FusedKernels, PrimitiveKernels, BackendBase):
         floats: Sequence[float] = (),
         index_dtype: np.dtype | None = None,
         defines: Mapping[str, str] | None = None,
+        status: tuple[str, int] | None = None,
     ) -> None:
-        """Queue ``kernel`` of ``shaders/<family>.cl`` over ``threads`` threads (1-D)."""
+        """Queue ``kernel`` of ``shaders/<family>.cl`` over ``threads`` threads (1-D).
+
+        ``status=(op, bound)`` binds the device status buffer after the tensors, for a
+        kernel that checks its ids against ``bound`` (see ``status.py``)."""
         if threads <= 0:
             return
         # Hot path (a training step launches hundreds of kernels): one dict probe for the
@@ -125,6 +141,8 @@ class KernelBackend(FusedKernels, PrimitiveKernels, BackendBase):
             if fast is not None:
                 self._launchable[fast] = k
         buffers = [t.storage.buffer.raw for t in args]
+        if status is not None:
+            buffers.append(self.device_status.buffer(*status))
         if ints:
             buffers.append(self._constant(np.int32, tuple(ints)))
         if floats:
@@ -182,6 +200,7 @@ class KernelBackend(FusedKernels, PrimitiveKernels, BackendBase):
         return out
 
     def to_numpy(self, x: Tensor) -> np.ndarray:
+        self.device_status.check()  # raises the deferred DomainError of a flagged kernel
         if x.size == 0:
             return np.empty(x.shape, dtype=x.dtype)
         src = x if x.is_dense else self.copy_strided(x)
@@ -215,6 +234,7 @@ class KernelBackend(FusedKernels, PrimitiveKernels, BackendBase):
     def synchronize(self) -> None:
         self.runtime.synchronize()
         self._stats.synchronizations += 1
+        self.device_status.check()
 
     def memory_stats(self) -> dict[str, int]:
         return self.allocator.stats()
