@@ -18,6 +18,13 @@ def pairwise_sum(x: np.ndarray, axes: Sequence[int], keepdims: bool = False) -> 
     """``x`` summed over ``axes`` (non-negative, distinct), in ``x``'s own dtype."""
     axes = tuple(axes)
     kept = tuple(d for i, d in enumerate(x.shape) if i not in axes)
+    if axes == tuple(range(x.ndim - len(axes), x.ndim)) and x.flags.c_contiguous:
+        # trailing axes of a C-contiguous array: one contiguous run per result element,
+        # which numpy itself sums pairwise
+        total = np.add.reduce(x.reshape((*kept, -1)), axis=-1)
+        if keepdims:
+            total = total.reshape(tuple(1 if i in axes else d for i, d in enumerate(x.shape)))
+        return np.asarray(total, dtype=x.dtype)
     rows = np.moveaxis(x, axes, tuple(range(len(axes)))).reshape((-1, *kept))
     while len(rows) > 1:
         half = len(rows) // 2

@@ -32,6 +32,14 @@ SMALL = 1 << 14
 SMALL_GEMM = 1 << 15
 
 
+def dense_view(x: Tensor) -> np.ndarray:
+    """``view(x)`` with the dense 1-D case (no reshape needed) first: tiny ops pay for it."""
+    buf: np.ndarray = x.storage.buffer
+    if x.offset == 0 and buf.shape == x.shape:
+        return buf
+    return view(x)
+
+
 def row_stride(x: Tensor) -> int | None:
     """Element distance between consecutive rows of ``x`` seen as (rows, last axis), when
     one uniform distance exists and the last axis is contiguous; else None. A dense tensor
@@ -86,6 +94,7 @@ class NativePrimitives:
     _fn: Any
     _ptr: Any
     _out: Any
+    result: Any
     _check: Any
     _single_blas: Any
 
@@ -175,7 +184,7 @@ class NativePrimitives:
     def _binary(self, op: str, a: Tensor, b: Tensor) -> Tensor | None:
         """The C kernel when both operands are (rows, cols) matrices with a uniform row
         stride (dense, or one broadcast row); None to let numpy do it."""
-        if a.size < SMALL or a.dtype not in self._gemm_dtypes or a.shape != b.shape:
+        if a.dtype not in self._gemm_dtypes or a.shape != b.shape:
             return None
         sa, sb = row_stride(a), row_stride(b)
         if sa is None or sb is None:
@@ -189,25 +198,28 @@ class NativePrimitives:
         return out
 
     def add(self, a: Tensor, b: Tensor) -> Tensor:
-        out = self._binary("add", a, b)
-        return out if out is not None else super().add(a, b)  # type: ignore[misc]
+        out = self._binary("add", a, b) if a.size >= SMALL else None
+        return out if out is not None else self.result(np.add(dense_view(a), dense_view(b)))
 
     def sub(self, a: Tensor, b: Tensor) -> Tensor:
-        out = self._binary("sub", a, b)
-        return out if out is not None else super().sub(a, b)  # type: ignore[misc]
+        out = self._binary("sub", a, b) if a.size >= SMALL else None
+        return out if out is not None else self.result(np.subtract(dense_view(a), dense_view(b)))
 
     def mul(self, a: Tensor, b: Tensor) -> Tensor:
-        out = self._binary("mul", a, b)
-        return out if out is not None else super().mul(a, b)  # type: ignore[misc]
+        out = self._binary("mul", a, b) if a.size >= SMALL else None
+        return out if out is not None else self.result(np.multiply(dense_view(a), dense_view(b)))
 
     def div(self, a: Tensor, b: Tensor) -> Tensor:
-        out = self._binary("div", a, b)
+        out = self._binary("div", a, b) if a.size >= SMALL else None
         return out if out is not None else super().div(a, b)  # type: ignore[misc]
 
     def sum(self, x: Tensor, axes: tuple[int, ...], keepdims: bool) -> Tensor:
         """Sums over leading axes (bias gradients) in C, pairwise in double; the rest by
         the CPU backend's pairwise numpy."""
         lead = len(axes)
+        if lead == x.ndim and x.is_dense:  # everything: numpy sums contiguous data pairwise
+            total = np.add.reduce(dense_view(x).reshape(-1))
+            return self.result(total.reshape((1,) * lead) if keepdims else total, x.dtype)
         if x.dtype in self._gemm_dtypes and 0 < lead < x.ndim and axes == tuple(range(lead)):
             cols = math.prod(x.shape[lead:])
             rows = math.prod(x.shape[:lead])
