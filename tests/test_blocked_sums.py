@@ -129,3 +129,31 @@ def test_sum_over_middle_and_empty_axes(backend: str) -> None:
     np.testing.assert_allclose(got, x.astype(np.float64).sum(1), rtol=1e-6, atol=1e-6)
     empty = ops.sum(riftco.tensor(np.zeros((0, 3), np.float32), device=backend), 0)
     assert empty.shape == (3,) and not np.any(empty.numpy())
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_embedding_backward_of_a_frequent_id(backend: str, rows_f32: np.ndarray) -> None:
+    """Half a million rows land on each of two ids: a long per-id sum."""
+    from riftco import fused_ops
+
+    ids = np.zeros(ROWS, np.int32)
+    ids[::2] = 1
+    got = fused_ops.embedding_backward(
+        riftco.tensor(rows_f32, device=backend), riftco.tensor(ids, device=backend), 3
+    )
+    assert got.dtype == np.float32 and got.shape == (3, 3)
+    g = got.numpy()
+    for i in range(2):
+        assert _rel(g[i], _fsum_columns(rows_f32[ids == i])) < REL_F32
+    assert not np.any(g[2])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_embedding_backward_keeps_ieee_specials(backend: str) -> None:
+    from riftco import fused_ops
+
+    dy = np.ones((6, 3), np.float32)
+    dy[1, 0], dy[2, 1], dy[3, 2], dy[4, 2] = np.inf, np.nan, np.inf, -np.inf
+    ids = riftco.tensor(np.zeros(6, np.int32), device=backend)
+    g = fused_ops.embedding_backward(riftco.tensor(dy, device=backend), ids, 1).numpy()
+    assert g[0, 0] == np.inf and np.isnan(g[0, 1]) and np.isnan(g[0, 2])

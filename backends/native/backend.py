@@ -260,7 +260,8 @@ class NativeBackend(NativePrimitives, CPUBackend):
         cols = dy.shape[-1]
         out, p = self._out((num_embeddings, cols), dy.dtype)
         fn = self._fn("embedding_backward", dy.dtype)
-        fn(self._in(dy), self._ids(ids), p, ids.size, num_embeddings, cols)
+        status = fn(self._in(dy), self._ids(ids), p, ids.size, num_embeddings, cols)
+        self._check(status, "embedding_backward")
         return out
 
     def cross_entropy(self, logits: Tensor, targets: Tensor) -> tuple[Tensor, Tensor]:

@@ -42,8 +42,8 @@ void layer_norm_{s}({t} *x, {t} *g, {t} *b, {t} *y, {t} *mean, {t} *rstd, int64_
 int layer_norm_backward_{s}({t} *dy, {t} *x, {t} *g, {t} *mean, {t} *rstd, {t} *dx, {t} *dg,
                             {t} *db, int64_t rows, int64_t cols);
 void embedding_{s}({t} *table, int64_t *ids, {t} *out, int64_t n, int64_t cols);
-void embedding_backward_{s}({t} *dy, int64_t *ids, {t} *out, int64_t n, int64_t V,
-                            int64_t cols);
+int embedding_backward_{s}({t} *dy, int64_t *ids, {t} *out, int64_t n, int64_t V,
+                           int64_t cols);
 void cross_entropy_{s}({t} *logits, int64_t *t, {t} *loss, {t} *lse, int64_t n, int64_t V);
 void cross_entropy_backward_{s}({t} *dloss, int64_t dloss_stride, {t} *logits, int64_t *t,
                                 {t} *lse, {t} *dl, int64_t n, int64_t V);
