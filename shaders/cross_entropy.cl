@@ -1,6 +1,7 @@
 /* Cross-entropy over rows of logits [N, V] with integer targets (IDX; -1 = ignored).
  *
- * Integer params P: [0] N, [1] V; the forward adds [2] team width (see rows.h).
+ * Integer params P: [0] N, [1] V; the forward adds [2] team width (see rows.h); the last
+ * int is the status slot (status.h): P[3] forward, P[2] backward.
  * Forward: online (max, sum-of-exp, classes) per thread, merged across the row's team;
  * lse = max + log(sum). Backward is elementwise: dlogits = dloss * (exp(logit - lse) -
  * onehot), and dloss * 0 for ignored rows (0 unless a term is NaN or infinite, as in IEEE
@@ -49,7 +50,7 @@ KERNEL void cross_entropy_forward(GLOBAL T* loss ARG(0), GLOBAL T* lse ARG(1),
             IDX t = targets[row];
             T out = (T)0.0;
             if (!ce_target_ok(t, V)) {
-                riftco_flag_index(status, RIFTCO_OP_CROSS_ENTROPY, t);
+                riftco_flag_index(status, RIFTCO_OP_CROSS_ENTROPY, P[3], t);
             } else if (t >= 0) {
                 T picked = logits[base + (long)t];
                 out = !normal ? RIFTCO_NAN : (RIFTCO_ISNEGINF(picked) ? RIFTCO_INF : l - picked);
@@ -74,7 +75,7 @@ KERNEL void cross_entropy_backward(GLOBAL T* dlogits ARG(0), GLOBAL const T* dlo
         IDX t = targets[row];
         int ok = ce_target_ok(t, V);
         if (!ok && j == 0) {
-            riftco_flag_index(status, RIFTCO_OP_CROSS_ENTROPY_BACKWARD, t);
+            riftco_flag_index(status, RIFTCO_OP_CROSS_ENTROPY_BACKWARD, P[2], t);
         }
         T p = rs_exp_diff(logits[e], lse[row]);
         T d = dloss[row];

@@ -50,26 +50,37 @@ INLINE T ew_rsqrt(T v) {
  * work on the exponent bits (RS_SCALE2): exact, and opaque to fast math's reassociation,
  * which would fold a float scaling straight back into a / b. Subnormal divisors are left
  * to the hardware (Metal flushes them to zero). */
-INLINE T ew_div(T a, T b) {
+INLINE T ew_div_rare(T a, T b) {
     if (RIFTCO_ISNAN(a) || RIFTCO_ISNAN(b)) return RIFTCO_NAN;
     int neg = RIFTCO_SIGNBIT(a) != RIFTCO_SIGNBIT(b);
+    T sinf = neg ? RIFTCO_NEGINF : RIFTCO_INF;
     if (RIFTCO_ISINF(b)) return RIFTCO_ISINF(a) ? RIFTCO_NAN : (neg ? RIFTCO_NEGZERO : (T)0.0);
-    if (RIFTCO_ISINF(a) || RIFTCO_ISZERO(b)) {
-        return RIFTCO_ISZERO(a) ? RIFTCO_NAN : (neg ? RIFTCO_NEGINF : RIFTCO_INF);
-    }
+    if (RIFTCO_ISINF(a) || RIFTCO_ISZERO(b)) return RIFTCO_ISZERO(a) ? RIFTCO_NAN : sinf;
     int top = 2 * RIFTCO_EXP_BIAS; /* the largest finite exponent field */
     int eb = RIFTCO_EXPONENT(b);
     int gap = RIFTCO_EXPONENT(a) - eb;
-    if (gap > RIFTCO_EXP_BIAS + 1) return neg ? RIFTCO_NEGINF : RIFTCO_INF;
-    if (eb >= top - 1) { /* |b| >= 2^(bias - 1): its reciprocal would be subnormal */
+    if (gap > RIFTCO_EXP_BIAS + 1) return sinf;
+    if (eb >= top - 1) { /* |b| >= 2^(bias - 1): 1 / b would be subnormal */
         T q = a / RS_SCALE2(b, -4);
         return RIFTCO_EXPONENT(q) > 4 ? RS_SCALE2(q, -4) : q * (T)0.0625;
     }
-    if (gap >= RIFTCO_EXP_BIAS) {
+    if (gap >= RIFTCO_EXP_BIAS) { /* the quotient may overflow: divide a / 4 */
         T q = RS_SCALE2(a, -2) / b;
-        return RIFTCO_EXPONENT(q) + 2 > top ? (neg ? RIFTCO_NEGINF : RIFTCO_INF) : RS_SCALE2(q, 2);
+        return RIFTCO_EXPONENT(q) + 2 > top ? sinf : RS_SCALE2(q, 2);
     }
-    return a / b;
+    return a / b; /* a subnormal divisor: the hardware's answer */
+}
+
+INLINE T ew_div(T a, T b) {
+    /* the common case first, decided on exponent fields alone: both operands normal,
+     * 1 / b normal, no overflow possible */
+    int ea = RIFTCO_EXPONENT(a);
+    int eb = RIFTCO_EXPONENT(b);
+    int top = 2 * RIFTCO_EXP_BIAS;
+    if (ea > 0 && ea <= top && eb > 0 && eb < top - 1 && ea - eb < RIFTCO_EXP_BIAS) {
+        return a / b;
+    }
+    return ew_div_rare(a, b);
 }
 
 /* tanh(+-20) rounds to +-1 in float and double; the clamp keeps large |x| away from the

@@ -1,7 +1,8 @@
 /* Embedding gather and its deterministic scatter-add backward.
  *
  * Integer params P: [0] n (number of ids), [1] C (row width), [2] V (table rows); the
- * sort kernels add [3] chunks K, [4] chunk length S, [5] digit shift.
+ * kernels that check ids add [3] their status slot (status.h), the radix kernels [3] chunks
+ * K, [4] chunk length S, [5] digit shift.
  * ids have the host's index type IDX (int or long). An id outside [0, V) never addresses
  * memory: its output row is zeros (forward) or it adds nothing (backward), and the kernel
  * records it in the status buffer (status.h), which the host reads at the next sync.
@@ -44,7 +45,7 @@ KERNEL void embedding_forward(GLOBAL T* out ARG(0), GLOBAL const T* table ARG(1)
         } else {
             out[t] = (T)0.0;
             if (c == 0) {
-                riftco_flag_index(status, RIFTCO_OP_EMBEDDING, id);
+                riftco_flag_index(status, RIFTCO_OP_EMBEDDING, P[3], id);
             }
         }
     }
@@ -67,7 +68,7 @@ KERNEL void embedding_backward(GLOBAL T* dtable ARG(0), GLOBAL const T* dy ARG(1
             if ((long)id == v) {
                 acc += dy[(long)i * C + c];
             } else if (t == 0 && !(id >= 0 && id < (IDX)V)) {
-                riftco_flag_index(status, RIFTCO_OP_EMBEDDING_BACKWARD, id);
+                riftco_flag_index(status, RIFTCO_OP_EMBEDDING_BACKWARD, P[3], id);
             }
         }
         dtable[t] = acc;
@@ -85,7 +86,7 @@ KERNEL void embedding_sort_init(GLOBAL int* keys ARG(0), GLOBAL int* pos ARG(1),
         keys[i] = ok ? (int)id : V;
         pos[i] = i;
         if (!ok) {
-            riftco_flag_index(status, RIFTCO_OP_EMBEDDING_BACKWARD, id);
+            riftco_flag_index(status, RIFTCO_OP_EMBEDDING_BACKWARD, P[3], id);
         }
     }
 }

@@ -139,13 +139,13 @@ KERNEL void flash_forward_rows(GLOBAL T* out ARG(0), GLOBAL T* lse ARG(1),
         int kend[FC_R];
         T m[FC_R];
         T l[FC_R];
-        int cls[FC_R];
+        int poison[FC_R];
         UNROLL for (int r = 0; r < FC_R; r++) {
             qi[r] = i0 + r < Tn ? i0 + r : Tn - 1;
             kend[r] = causal ? qi[r] + 1 : Tn;
             m[r] = RIFTCO_LOWEST;
             l[r] = (T)0.0;
-            cls[r] = 0;
+            poison[r] = 0;
             for (int d = 0; d < D; d++) {
                 acc[r][d] = (T)0.0;
             }
@@ -160,21 +160,21 @@ KERNEL void flash_forward_rows(GLOBAL T* out ARG(0), GLOBAL T* lse ARG(1),
             FC_DOTS_R(s, qb, qi, kb, idx, D);
             T cr[FC_R];
             UNROLL for (int r = 0; r < FC_R; r++) {
+                /* The max over visible scores (fmax skips NaN, -inf never wins over the
+                 * sentinel); NaN and +inf set poison. A -inf or NaN score then gets
+                 * exp(floor) = 0 from the clamp, so only masking needs a select. */
                 T m_new = m[r];
-                int keep[FC_BK];
                 UNROLL for (int c = 0; c < FC_BK; c++) {
                     T v = s[r][c] * scale;
-                    int k = j0 + c < kend[r] ? rs_class(v) : 0;
-                    cls[r] |= k;
-                    keep[c] = k == RS_FINITE;
-                    m_new = keep[c] ? fmax(m_new, v) : m_new;
+                    int vis = j0 + c < kend[r];
+                    poison[r] |= vis & (RIFTCO_ISNAN(v) | RIFTCO_ISPOSINF(v));
+                    m_new = fmax(m_new, vis ? v : RIFTCO_LOWEST);
                     s[r][c] = v;
                 }
-                /* exp of a clamped argument, then a select: no branch, the exps vectorise */
                 T lsum = (T)0.0;
                 UNROLL for (int c = 0; c < FC_BK; c++) {
                     T e = rs_exp(s[r][c] - m_new);
-                    s[r][c] = keep[c] ? e : (T)0.0;
+                    s[r][c] = j0 + c < kend[r] ? e : (T)0.0;
                     lsum += s[r][c];
                 }
                 cr[r] = rs_exp(m[r] - m_new); /* l = 0 so far: whatever it is multiplies 0 */
@@ -186,12 +186,13 @@ KERNEL void flash_forward_rows(GLOBAL T* out ARG(0), GLOBAL T* lse ARG(1),
         UNROLL for (int r = 0; r < FC_R; r++) {
             if (i0 + r < Tn) {
                 long row = (long)bh * Tn + i0 + r;
-                int normal = cls[r] == RS_FINITE;
+                /* l >= 1 once a finite score was seen (its max contributes exp(0)) */
+                int normal = !poison[r] && l[r] > (T)0.0;
                 for (int d = 0; d < D; d++) {
                     out[row * D + d] = normal ? acc[r][d] / l[r] : RIFTCO_NAN;
                 }
                 lse[row] = normal ? m[r] + PRECISE_LOG(l[r])
-                                  : (cls[r] & RS_POISON ? RIFTCO_NAN : RIFTCO_NEGINF);
+                                  : (poison[r] ? RIFTCO_NAN : RIFTCO_NEGINF);
             }
         }
     }

@@ -8,9 +8,10 @@
  *
  * Specials are decided on the loaded input's bits (specials.h), as the formulas evaluate
  * in IEEE arithmetic (and the CPU reference gives): gelu(NaN) = NaN, gelu(+inf) = +inf,
- * gelu(-inf) = -inf * 0 = NaN; the derivative at NaN or +-inf is NaN. Finite inputs are
- * clamped to +-GELU_CLAMP inside the formulas (beyond it the gate is exactly 0 or 1), so
- * no cube or square overflows to infinity and exp only sees finite arguments.
+ * gelu(-inf) = -inf * 0 = NaN; the derivative at NaN or +-inf is NaN. For huge finite
+ * inputs (|x|^3 overflows) exp's argument is clamped (rs_exp) and the derivative's tail
+ * term is selected away when its factor e^-2|u| is 0; the erf form clamps |x| to
+ * GELU_CLAMP (beyond it the CDF is exactly 0 or 1), keeping inf out of its divisions.
  */
 
 #include "specials.h"
@@ -60,7 +61,6 @@ INLINE T gelu_normal_cdf(T x) {
  * (never overflows) both the value and the derivative avoid 1 - tanh^2 cancellation,
  * which library tanh (a few ulp off near +-1) would amplify by x^3 in the backward. */
 INLINE T gelu_tanh_inner(T v) {
-    v = clamp(v, -GELU_CLAMP, GELU_CLAMP);
     return GELU_SQRT_2_OVER_PI * (v + (T)0.044715 * v * v * v);
 }
 
@@ -87,9 +87,8 @@ INLINE T gelu_tanh_grad(T v) {
     T u = gelu_tanh_inner(v);
     T e = rs_exp((T)-2.0 * fabs(u));
     T q = e / (((T)1.0 + e) * ((T)1.0 + e));
-    T vc = clamp(v, -GELU_CLAMP, GELU_CLAMP);
-    T du = GELU_SQRT_2_OVER_PI * ((T)1.0 + (T)(3.0 * 0.044715) * vc * vc);
-    T g = gelu_tanh_gate(u, e) + (q == (T)0.0 ? (T)0.0 : (T)2.0 * vc * du * q);
+    T du = GELU_SQRT_2_OVER_PI * ((T)1.0 + (T)(3.0 * 0.044715) * v * v);
+    T g = gelu_tanh_gate(u, e) + (q == (T)0.0 ? (T)0.0 : (T)2.0 * v * du * q);
     return RIFTCO_ISFINITE(v) ? g : RIFTCO_NAN;
 }
 
@@ -128,9 +127,8 @@ KERNEL void gelu_backward(GLOBAL T* dx ARG(0), GLOBAL const T* dy ARG(1),
         if (form == 0) {
             g = gelu_tanh_grad(v);
         } else {
-            T vc = clamp(v, -GELU_CLAMP, GELU_CLAMP);
-            T pdf = GELU_INV_SQRT_2PI * rs_exp((T)-0.5 * vc * vc);
-            g = RIFTCO_ISFINITE(v) ? gelu_normal_cdf(v) + vc * pdf : RIFTCO_NAN;
+            T pdf = GELU_INV_SQRT_2PI * rs_exp((T)-0.5 * v * v);
+            g = RIFTCO_ISFINITE(v) ? gelu_normal_cdf(v) + v * pdf : RIFTCO_NAN;
         }
         dx[i] = dy[i] * g;
     }

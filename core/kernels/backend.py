@@ -128,8 +128,9 @@ class KernelBackend(FusedKernels, PrimitiveKernels, BackendBase):
     ) -> None:
         """Queue ``kernel`` of ``shaders/<family>.cl`` over ``threads`` threads (1-D).
 
-        ``status=(op, bound)`` binds the device status buffer after the tensors, for a
-        kernel that checks its ids against ``bound`` (see ``status.py``)."""
+        ``status=(op, bound)`` binds the device status buffer after the tensors, and appends
+        its slot to ``ints``, for a kernel that checks its ids against ``bound``
+        (``status.py``)."""
         if threads <= 0:
             return
         # Hot path (a training step launches hundreds of kernels): one dict probe for the
@@ -141,8 +142,10 @@ class KernelBackend(FusedKernels, PrimitiveKernels, BackendBase):
             if fast is not None:
                 self._launchable[fast] = k
         buffers = [t.storage.buffer.raw for t in args]
-        if status is not None:
-            buffers.append(self.device_status.buffer(*status))
+        if status is not None:  # the status buffer, and its slot as the last int
+            raw, slot = self.device_status.buffer(*status)
+            buffers.append(raw)
+            ints = (*ints, slot)
         if ints:
             buffers.append(self._constant(np.int32, tuple(ints)))
         if floats:

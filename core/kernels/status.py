@@ -22,8 +22,9 @@ import numpy as np
 
 from ..errors import DomainError
 
-#: Op numbers of shaders/status.h, in order: bit ``1 << i`` of word 0 belongs to op ``i``.
+#: Op numbers of shaders/status.h, in order, and slots per op (RIFTCO_STATUS_SLOTS).
 STATUS_OPS = ("embedding", "embedding_backward", "cross_entropy", "cross_entropy_backward")
+SLOTS = 4
 #: What each op indexes with, and the lowest valid value (cross-entropy: -1 = ignored).
 _WHAT = {
     "embedding": ("ids", 0),
@@ -31,16 +32,18 @@ _WHAT = {
     "cross_entropy": ("targets (-1 = ignored)", -1),
     "cross_entropy_backward": ("targets (-1 = ignored)", -1),
 }
-WORDS = 1 + 2 * len(STATUS_OPS)
+WORDS = 1 + 2 * SLOTS * len(STATUS_OPS)
 _INT_MIN, _INT_MAX = -(2**31), 2**31 - 1
-_INITIAL = np.array([0] + [_INT_MAX, _INT_MIN] * len(STATUS_OPS), dtype=np.int32)
-#: Distinct upper bounds remembered per op between checks (for the message only).
-_MAX_BOUNDS = 8
+_INITIAL = np.array([0] + [_INT_MAX, _INT_MIN] * SLOTS * len(STATUS_OPS), dtype=np.int32)
 
 
 class DeviceStatus:
     """One status buffer per backend instance, read at sync points when something could
-    have flagged it. ``allocate``, ``upload`` and ``download`` are the runtime's."""
+    have flagged it. ``allocate``, ``upload`` and ``download`` are the runtime's.
+
+    Each flagged launch gets a slot for its op, tied to its bound (V) until the next check,
+    so an error names the bound of the call that saw the bad id; a fifth distinct bound
+    shares the last slot (the message then lists the bounds it may have been)."""
 
     def __init__(
         self,
@@ -52,20 +55,26 @@ class DeviceStatus:
         self._upload = upload
         self._download = download
         self._buffer: Any = None
-        #: op -> upper bounds (V) of the flagged launches since the last check
-        self.pending: dict[str, set[int]] = {}
+        #: op -> the bounds given each slot since the last check
+        self.pending: dict[str, list[set[int]]] = {}
         self.reads = 0
         self.read_bytes = 0
 
-    def buffer(self, op: str, high: int) -> Any:
-        """The raw buffer to bind for a launch of ``op`` whose ids must lie below ``high``."""
+    def buffer(self, op: str, high: int) -> tuple[Any, int]:
+        """``(raw buffer, slot)`` to bind for a launch of ``op`` whose ids lie below ``high``."""
         if self._buffer is None:
             self._buffer = self._allocate(_INITIAL.nbytes)
             self._upload(self._buffer, _INITIAL)
-        bounds = self.pending.setdefault(op, set())
-        if len(bounds) < _MAX_BOUNDS:
-            bounds.add(int(high))
-        return self._buffer
+        slots = self.pending.setdefault(op, [])
+        high = int(high)
+        for i, bounds in enumerate(slots):
+            if high in bounds:
+                return self._buffer, i
+        if len(slots) < SLOTS:
+            slots.append({high})
+        else:
+            slots[-1].add(high)
+        return self._buffer, len(slots) - 1
 
     def check(self) -> None:
         """Raise the deferred DomainError if a kernel flagged a bad id since the last check.
@@ -89,23 +98,28 @@ class DeviceStatus:
         return self._download(self._buffer, nbytes).view(np.int32)
 
 
-def _error(words: np.ndarray, pending: dict[str, set[int]]) -> DomainError:
-    flagged = [op for i, op in enumerate(STATUS_OPS) if int(words[0]) >> i & 1]
+def _error(words: np.ndarray, pending: dict[str, list[set[int]]]) -> DomainError:
+    flags = int(words[0]) & 0xFFFFFFFF
     parts = []
-    for op in flagged:
-        i = STATUS_OPS.index(op)
-        lo, hi = int(words[1 + 2 * i]), int(words[2 + 2 * i])
+    for i, op in enumerate(STATUS_OPS):
         what, low = _WHAT[op]
-        bounds = sorted(pending.get(op, ()))
-        if len(bounds) == 1:
-            valid = f"[{low}, {bounds[0]})"
-        else:
-            listed = " or ".join(str(b) for b in bounds) or "unknown"
-            valid = f"[{low}, V) (V = {listed} in the calls since the last sync)"
-        got = f"[{lo}, {hi}]" + (
-            " (saturated to int32)" if _INT_MIN in (lo, hi) or _INT_MAX in (lo, hi) else ""
-        )
-        parts.append(f"[{op}] {what} must lie in {valid}; got out-of-range values in {got}")
+        for slot in range(SLOTS):
+            k = i * SLOTS + slot
+            if not flags >> k & 1:
+                continue
+            lo, hi = int(words[1 + 2 * k]), int(words[2 + 2 * k])
+            slots = pending.get(op, [])
+            bounds = sorted(slots[slot]) if slot < len(slots) else []
+            if len(bounds) == 1:
+                valid = f"[{low}, {bounds[0]})"
+            else:
+                listed = " or ".join(str(b) for b in bounds) or "unknown"
+                valid = f"[{low}, V) (V = {listed})"
+            saturated = _INT_MIN in (lo, hi) or _INT_MAX in (lo, hi)
+            got = f"[{lo}, {hi}]" + (" (saturated to int32)" if saturated else "")
+            parts.append(f"[{op}] {what} must lie in {valid}; got out-of-range values in {got}")
+    if not parts:  # a flag bit outside the layout: a kernel/host mismatch, say so
+        parts.append(f"[device status] unknown flags {flags:#x}")
     head, rest = parts[0], parts[1:]
     also = "".join(f"; also {p}" for p in rest)
     return DomainError(
