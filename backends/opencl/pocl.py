@@ -2,15 +2,17 @@
 first.
 
 Why it matters: one machine may expose the same CPU twice, e.g. Debian's PoCL 3.1 (LLVM 15)
-and the PoCL 3.0-rc2 wheel that ``pyopencl[pocl]`` installs (LLVM 14). On a CPU newer than
-its LLVM (an Emerald Rapids Xeon, family 6 model 207), the wheel targets ``icelake-client``
-while its built-in kernel library is compiled for ``skylake-avx512``; the two target
-feature sets differ (``+clwb``), so LLVM refuses to inline any builtin (exp, fabs, ...)
-into a kernel ("conflicting attributes") and the vectorisers find no usable vector width:
-every kernel compiles to scalar code (0 AVX-512 instructions in our matmul, 768 scalar
-FMAs; 4-8x slower kernels, a training step 3.7x slower than on Debian's PoCL). riftco
-cannot pass target flags through (PoCL rejects ``-target-feature``/``-Xclang`` build
-options), so it lists the newer PoCL first and reports version and target of each device.
+and the PoCL 3.0-rc2 wheel that ``pyopencl[pocl]`` installs (LLVM 14). Measured on an
+Emerald Rapids Xeon (family 6 model 207, newer than LLVM 14), the wheel compiles for
+``icelake-client`` while its built-in kernel library is built for ``skylake-avx512``; the
+feature sets differ (``+clwb``), so LLVM refuses to inline builtins such as exp into a
+kernel ("conflicting attributes"), and the kernels come out scalar with ~186 KB stack
+frames (private per-work-item data kept in memory): 0 AVX-512 instructions and 768
+scalar FMAs in our matmul where Debian's PoCL emits 64 zmm FMAs and <400-byte frames.
+Kernels run 3-8x slower and a training step 3.7x slower. riftco cannot pass target
+flags through (PoCL rejects ``-target-feature``/``-Xclang`` options, even in
+``POCL_EXTRA_BUILD_FLAGS``), so it lists the newer PoCL first and reports the version
+and target of each device.
 """
 
 from __future__ import annotations
