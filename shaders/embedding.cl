@@ -15,14 +15,17 @@
  *      radix_scatter (each chunk writes its ids in order at its digits' offsets);
  *   3. embedding_segments: starts[v] = first sorted slot whose key is >= v (binary search);
  *   4. embedding_backward_rows: thread (v, c) sums dy[pos[k], c] over its segment, in
- *      increasing k, i.e. in increasing position.
+ *      increasing k, i.e. in increasing position, in blocks (BlockSum, specials.h: a
+ *      padding id repeated a million times errs by a few dozen ulp, not thousands).
  * Integer counting makes the sort independent of thread timing, and a stable sort keeps
- * each segment in position order, so every (v, c) is summed in the order of a sequential
- * scatter-add: the same bits on every run and every group size, without float atomics.
+ * each segment in position order, so every (v, c) is summed in one fixed order (that of
+ * a sequential scatter-add for up to 32 repeats): the same bits on every run and every
+ * group size, without float atomics.
  * embedding_backward (one thread per output element, walking every id) is the same sum
  * for tiny problems, where one launch beats six.
  */
 
+#include "specials.h"
 #include "status.h"
 
 #define RADIX_BITS 8
@@ -62,16 +65,16 @@ KERNEL void embedding_backward(GLOBAL T* dtable ARG(0), GLOBAL const T* dy ARG(1
     for (long t = GID; t < total; t += GLOBAL_SIZE) {
         long v = t / C;
         long c = t - v * C;
-        T acc = (T)0.0;
+        BlockSum acc = bsum_init((T)0.0);
         for (int i = 0; i < n; i++) {
             IDX id = ids[i];
             if ((long)id == v) {
-                acc += dy[(long)i * C + c];
+                acc = bsum_add(acc, dy[(long)i * C + c]);
             } else if (t == 0 && !(id >= 0 && id < (IDX)V)) {
                 riftco_flag_index(status, RIFTCO_OP_EMBEDDING_BACKWARD, P[3], id);
             }
         }
-        dtable[t] = acc;
+        dtable[t] = bsum_total(acc);
     }
 }
 
@@ -200,10 +203,10 @@ KERNEL void embedding_backward_rows(GLOBAL T* dtable ARG(0), GLOBAL const T* dy 
         int v = (int)(t / C);
         long c = t - (long)v * C;
         int k1 = starts[v + 1];
-        T acc = (T)0.0;
+        BlockSum acc = bsum_init((T)0.0);
         for (int k = starts[v]; k < k1; k++) {
-            acc += dy[(long)pos[k] * C + c];
+            acc = bsum_add(acc, dy[(long)pos[k] * C + c]);
         }
-        dtable[t] = acc;
+        dtable[t] = bsum_total(acc);
     }
 }

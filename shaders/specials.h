@@ -59,4 +59,49 @@ INLINE T rs_exp_diff(T a, T b) {
     return (a_pos || b_neg) ? RIFTCO_INF : (T)0.0;
 }
 
+/* Blocked accumulation for long sequential sums (SEMANTICS.md: error ~ log n, not n).
+ * Values go into b0; every 32 adds b0 moves into b1, every 32 of those b1 into b2, every
+ * 32 of those b2 into b3: each level adds at most 32 terms (up to 32^4 values, then b3
+ * grows), in a fixed order, so the result is deterministic. A sum of at most 32 values is
+ * bit-for-bit the plain sequential sum. */
+typedef struct {
+    T b0;
+    T b1;
+    T b2;
+    T b3;
+    int n;
+} BlockSum;
+
+INLINE BlockSum bsum_init(T first) {
+    BlockSum s;
+    s.b0 = first;
+    s.b1 = (T)0.0;
+    s.b2 = (T)0.0;
+    s.b3 = (T)0.0;
+    s.n = 0;
+    return s;
+}
+
+INLINE BlockSum bsum_add(BlockSum s, T v) {
+    s.b0 += v;
+    s.n += 1;
+    if ((s.n & 31) == 0) {
+        s.b1 += s.b0;
+        s.b0 = (T)0.0;
+        if ((s.n & 1023) == 0) {
+            s.b2 += s.b1;
+            s.b1 = (T)0.0;
+            if ((s.n & 32767) == 0) {
+                s.b3 += s.b2;
+                s.b2 = (T)0.0;
+            }
+        }
+    }
+    return s;
+}
+
+INLINE T bsum_total(BlockSum s) {
+    return s.b3 + (s.b2 + (s.b1 + s.b0));
+}
+
 #endif /* RIFTCO_SPECIALS_H */

@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..backend import BackendBase
-from ..errors import DTypeError
+from ..errors import DTypeError, ShapeError
 from ..tensor import Tensor
 from .allocator import CachingAllocator
 from .fused import FusedKernels
@@ -39,6 +39,9 @@ from .status import DeviceStatus
 _CONSTANT_CACHE_SIZE = 4096
 #: Elements per thread of ``copy_strided_rows`` (CR_RUN in shaders/copy.cl).
 _COPY_RUN = 64
+#: Kernels index elements with int32 (sizes travel in int32 parameter buffers, and
+#: ``row * cols`` is int arithmetic in places): a larger tensor could address out of bounds.
+MAX_ELEMENTS = 2**31 - 1
 
 
 @dataclass
@@ -175,7 +178,15 @@ class KernelBackend(FusedKernels, PrimitiveKernels, BackendBase):
         """A dense tensor with undefined contents from the caching allocator."""
         shape = tuple(int(s) for s in shape)
         dtype = np.dtype(dtype)
-        buf = self.allocator.allocate(math.prod(shape) * dtype.itemsize)
+        n = math.prod(shape)
+        if any(d < 0 for d in shape):
+            raise ShapeError(f"[allocate] shape {shape} has a negative dimension ({dtype.name})")
+        if n > MAX_ELEMENTS:
+            raise ShapeError(
+                f"[allocate] {self.name}:{self.device_index} indexes tensors with int32: at "
+                f"most {MAX_ELEMENTS} elements; got shape {shape} ({n} elements of {dtype.name})"
+            )
+        buf = self.allocator.allocate(n * dtype.itemsize)
         return self.wrap(buf, shape, dtype)
 
     # -- allocation and transfer ----------------------------------------------------------------
