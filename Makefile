@@ -24,16 +24,17 @@ test: $(STAMP)
 	$(BIN)/riftco conformance native --quiet
 	$(MAKE) --no-print-directory conformance-gpu
 
-# The GPU kernels on OpenCL (PoCL runs them on a CPU) at the default and at irregular group
-# sizes, and the Metal backend's host code through its OpenCL stand-in. Skips, saying why,
-# where no OpenCL device can compile kernels.
+# The GPU kernels on OpenCL (PoCL runs them on a CPU): IEEE at the default group size, and
+# built with fast math (-cl-fast-relaxed-math -cl-finite-math-only, as Metal compiles) at the
+# irregular group sizes Metal may pick; then the Metal backend's host code through its
+# OpenCL stand-in (fast math too). Skips, saying why, where no OpenCL device can compile.
 conformance-gpu: $(STAMP)
 	@if $(BIN)/python -c "import sys, riftco; e = riftco.get_registry().entry('opencl'); \
 	    sys.exit(0 if e.available and e.devices() else (print('skipping GPU conformance:', e.reason) or 1))"; then \
 	  set -e; \
 	  $(BIN)/riftco conformance opencl --quiet; \
-	  RIFTCO_OPENCL_GROUP_SIZE=96 $(BIN)/riftco conformance opencl --quiet; \
-	  RIFTCO_OPENCL_GROUP_SIZE=352 $(BIN)/riftco conformance opencl --quiet; \
+	  RIFTCO_FAST_MATH=1 RIFTCO_OPENCL_GROUP_SIZE=96 $(BIN)/riftco conformance opencl --quiet; \
+	  RIFTCO_FAST_MATH=1 RIFTCO_OPENCL_GROUP_SIZE=352 $(BIN)/riftco conformance opencl --quiet; \
 	  RIFTCO_METAL_STANDIN=1 $(BIN)/riftco conformance metal --quiet; \
 	fi
 
