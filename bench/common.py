@@ -29,17 +29,14 @@ def cpu_model() -> str:
 
 
 def machine() -> dict[str, Any]:
+    """The full record of bench/machine.py (CPU, ISA, BLAS core, native build, PoCL and
+    its target per OpenCL device, reference frameworks), plus the old flat keys."""
     import numpy as np
-    import riftco
+    from machine import describe, summary_line
 
-    return {
-        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-        "cpu": cpu_model(),
-        "cores": os.cpu_count(),
-        "python": platform.python_version(),
-        "numpy": np.__version__,
-        "riftco": riftco.__version__,
-    }
+    rec = describe()
+    rec.update(cores=os.cpu_count(), numpy=np.__version__, summary=summary_line(rec))
+    return rec
 
 
 def time_calls(fn: Callable[[], Any], repeat: int, warmup: int = 2) -> list[float]:

@@ -38,13 +38,14 @@ def torch_step(
     lr: float,
     weight_decay: float,
     threads: int,
+    device: str = "cpu",
 ) -> Step:
-    """One training step of the GPT in PyTorch eager on CPU (SDPA attention)."""
+    """One training step of the GPT in PyTorch eager on ``device`` ("cpu"; "mps" on a Mac)."""
     import torch
     import torch.nn.functional as F  # noqa: N812 - PyTorch spelling
 
     torch.set_num_threads(threads)
-    params = {k: torch.tensor(v, requires_grad=True) for k, v in weights.items()}
+    params = {k: torch.tensor(v, requires_grad=True, device=device) for k, v in weights.items()}
     C, nh = cfg.width, cfg.heads  # noqa: N806
     hs = C // nh
 
@@ -70,8 +71,8 @@ def torch_step(
         return F.cross_entropy(logits.view(-1, logits.shape[-1]), tgt.view(-1))
 
     opt = torch.optim.AdamW(list(params.values()), lr=lr, weight_decay=weight_decay)
-    data = [(torch.from_numpy(x.astype(np.int64)), torch.from_numpy(y.astype(np.int64)))
-            for x, y in batches]  # fmt: skip
+    data = [(torch.from_numpy(x.astype(np.int64)).to(device),
+             torch.from_numpy(y.astype(np.int64)).to(device)) for x, y in batches]  # fmt: skip
     state = {"i": 0}
 
     def step() -> float:

@@ -203,6 +203,8 @@ def main() -> None:
     wanted = {r for r in args.refs.split(",") if r}
     print(f"threads {THREADS} ({', '.join(THREAD_ENV)}); backends {backends}; "
           f"{args.steps} timed steps after {args.warmup} warm-up")  # fmt: skip
+    host = machine()
+    print(f"machine: {host['summary']}")
     results: dict[str, Any] = {}
     rows: list[dict[str, Any]] = []
     for config in args.configs.split(","):
@@ -212,7 +214,7 @@ def main() -> None:
     print(table(rows, ["config", "contender", "median_ms", "min_ms", "vs_torch", "first_loss"]))
     env = {k: os.environ.get(k) for k in (*THREAD_ENV, "POCL_MAX_PTHREAD_COUNT")}
     path = write_json("train_step", {
-        "machine": machine(), "threads": THREADS, "env": env, "steps": args.steps,
+        "machine": host, "threads": THREADS, "env": env, "steps": args.steps,
         "warmup": args.warmup, "configs": {c: CONFIGS[c] for c in results}, "vocab": VOCAB,
         "lr": LR, "weight_decay": WEIGHT_DECAY, "rows": rows,
         "skipped": {c: r["skipped"] for c, r in results.items()},

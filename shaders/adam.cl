@@ -22,6 +22,6 @@ KERNEL void adamw_update(GLOBAL T* param ARG(0), GLOBAL const T* grad ARG(1),
         m[i] = mi;
         v[i] = vi;
         const T p = param[i];
-        param[i] = p - lr * ((mi / bc1) / (sqrt(vi / bc2) + eps) + wd * p);
+        param[i] = p - lr * ((mi / bc1) / (PRECISE_SQRT(vi / bc2) + eps) + wd * p);
     }
 }

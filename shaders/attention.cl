@@ -8,10 +8,14 @@
 #include "rows.h"
 
 /* In place on scores [rows, T] (the product q k^T): each row becomes
- * softmax_j(scale * s_ij) over j <= i (causal) or all j; masked entries become exactly 0. */
+ * softmax_j(scale * s_ij) over j <= i (causal, by index) or all j; masked entries become
+ * exactly 0. Specials as in softmax.cl, decided on the loaded scores: a row with a NaN or
+ * +inf visible score, or with no finite one, is NaN throughout (masked entries included,
+ * as the reference's arithmetic gives). */
 KERNEL void attention_softmax(GLOBAL T* s ARG(0), GLOBAL const int* P ARG(1),
                               GLOBAL const T* F ARG(2) THREAD_ARGS) {
     LOCAL T buf[RT_MAX_GROUP];
+    LOCAL int cbuf[RT_MAX_GROUP];
     int rows = P[0];
     int Tn = P[1];
     int causal = P[3];
@@ -22,25 +26,33 @@ KERNEL void attention_softmax(GLOBAL T* s ARG(0), GLOBAL const int* P ARG(1),
         int active = rt_active(rt, row, rows);
         long base = (long)row * Tn;
         int jend = causal ? row % Tn + 1 : Tn;
-        T m = -INFINITY_T;
+        /* Classes of the loaded scores; the maximum is of the finite scores, scaled. */
+        T m = RIFTCO_LOWEST;
+        int cls = 0;
         if (active) {
             for (int j = rt.tl; j < jend; j += rt.tw) {
-                m = fmax(m, s[base + j] * scale);
+                T v = s[base + j];
+                int c = rs_class(v);
+                cls |= c;
+                m = c == RS_FINITE ? fmax(m, v * scale) : m;
             }
         }
-        T row_max = rt_team_max(buf, m, rt);
+        RtMax rm = rt_team_max_class(buf, cbuf, m, cls, rt);
+        int normal = rm.cls == RS_FINITE;
         T acc = (T)0.0;
-        if (active) {
+        if (active && normal) {
             for (int j = rt.tl; j < Tn; j += rt.tw) {
-                T e = j < jend ? exp(s[base + j] * scale - row_max) : (T)0.0;
+                T v = s[base + j];
+                T e = j < jend && RIFTCO_ISFINITE(v) ? rs_exp(v * scale - rm.m) : (T)0.0;
                 s[base + j] = e;
                 acc += e;
             }
         }
         T row_sum = rt_team_sum(buf, acc, rt);
         if (active) {
-            for (int j = rt.tl; j < jend; j += rt.tw) {
-                s[base + j] = s[base + j] / row_sum;
+            for (int j = rt.tl; j < Tn; j += rt.tw) {
+                T e = s[base + j];
+                s[base + j] = !normal ? RIFTCO_NAN : (j < jend ? e / row_sum : (T)0.0);
             }
         }
     }

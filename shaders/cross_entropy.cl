@@ -1,18 +1,33 @@
 /* Cross-entropy over rows of logits [N, V] with integer targets (IDX; -1 = ignored).
  *
- * Integer params P: [0] N, [1] V; the forward adds [2] team width (see rows.h).
- * Forward: online (max, sum-of-exp) per thread, merged across the row's team; lse = max +
- * log(sum). Backward is elementwise: dlogits = dloss * (exp(logit - lse) - onehot), zero
- * for ignored rows.
+ * Integer params P: [0] N, [1] V; the forward adds [2] team width (see rows.h); the last
+ * int is the status slot (status.h): P[3] forward, P[2] backward.
+ * Forward: online (max, sum-of-exp, classes) per thread, merged across the row's team;
+ * lse = max + log(sum). Backward is elementwise: dlogits = dloss * (exp(logit - lse) -
+ * onehot), and dloss * 0 for ignored rows (0 unless a term is NaN or infinite, as in IEEE
+ * arithmetic).
+ * Specials (specials.h), decided on loaded bit patterns: -inf logits add nothing (a -inf
+ * target logit gives loss +inf); a row with a NaN or +inf logit, or with no finite logit,
+ * has lse = NaN and loss = NaN (0 when ignored), as IEEE max-subtracted arithmetic gives.
+ * A target outside [-1, V) is never used as an index: the row counts as ignored and the
+ * kernel records it in the status buffer (status.h); the host raises at the next sync.
  */
 
 #include "rows.h"
+#include "status.h"
+
+/* Whether t is -1 (ignored) or a valid class index. */
+INLINE int ce_target_ok(IDX t, int V) {
+    return t >= (IDX)-1 && t < (IDX)V;
+}
 
 KERNEL void cross_entropy_forward(GLOBAL T* loss ARG(0), GLOBAL T* lse ARG(1),
                                   GLOBAL const T* logits ARG(2), GLOBAL const IDX* targets ARG(3),
-                                  GLOBAL const int* P ARG(4) THREAD_ARGS) {
+                                  GLOBAL STATUS_T* status ARG(4), GLOBAL const int* P ARG(5)
+                                  THREAD_ARGS) {
     LOCAL T mb[RT_MAX_GROUP];
     LOCAL T sb[RT_MAX_GROUP];
+    LOCAL int cb[RT_MAX_GROUP];
     int N = P[0];
     int V = P[1];
     RowTeam rt = rt_team(P[2], LID, GROUP_SIZE);
@@ -20,19 +35,28 @@ KERNEL void cross_entropy_forward(GLOBAL T* loss ARG(0), GLOBAL T* lse ARG(1),
         int row = r0 + rt.team;
         int active = rt_active(rt, row, N);
         long base = (long)row * V;
-        T m = -INFINITY_T;
+        T m = RIFTCO_LOWEST;
         T s = (T)0.0;
+        int cls = 0;
         if (active) {
             for (int j = rt.tl; j < V; j += rt.tw) {
-                RT_ONLINE(m, s, logits[base + j]);
+                RT_ONLINE(m, s, cls, logits[base + j]);
             }
         }
-        rt_team_merge(mb, sb, m, s, rt);
+        rt_team_merge(mb, sb, cb, m, s, cls, rt);
         if (active && rt.tl == 0) {
-            T l = mb[LID] + log(sb[LID]);
-            long t = (long)targets[row];
+            int normal = cb[LID] == RS_FINITE;
+            T l = normal ? mb[LID] + PRECISE_LOG(sb[LID]) : RIFTCO_NAN;
+            IDX t = targets[row];
+            T out = (T)0.0;
+            if (!ce_target_ok(t, V)) {
+                riftco_flag_index(status, RIFTCO_OP_CROSS_ENTROPY, P[3], t);
+            } else if (t >= 0) {
+                T picked = logits[base + (long)t];
+                out = !normal ? RIFTCO_NAN : (RIFTCO_ISNEGINF(picked) ? RIFTCO_INF : l - picked);
+            }
             lse[row] = l;
-            loss[row] = t < 0 ? (T)0.0 : l - logits[base + t];
+            loss[row] = out;
         }
         BARRIER();
     }
@@ -40,19 +64,27 @@ KERNEL void cross_entropy_forward(GLOBAL T* loss ARG(0), GLOBAL T* lse ARG(1),
 
 KERNEL void cross_entropy_backward(GLOBAL T* dlogits ARG(0), GLOBAL const T* dloss ARG(1),
                                    GLOBAL const T* logits ARG(2), GLOBAL const IDX* targets ARG(3),
-                                   GLOBAL const T* lse ARG(4), GLOBAL const int* P ARG(5)
-                                   THREAD_ARGS) {
+                                   GLOBAL const T* lse ARG(4), GLOBAL STATUS_T* status ARG(5),
+                                   GLOBAL const int* P ARG(6) THREAD_ARGS) {
     int N = P[0];
     int V = P[1];
     long total = (long)N * V;
     for (long e = GID; e < total; e += GLOBAL_SIZE) {
         long row = e / V;
         long j = e - row * V;
-        long t = (long)targets[row];
-        T g = (T)0.0;
-        if (t >= 0) {
-            g = exp(logits[e] - lse[row]) - (j == t ? (T)1.0 : (T)0.0);
-            g *= dloss[row];
+        IDX t = targets[row];
+        int ok = ce_target_ok(t, V);
+        if (!ok && j == 0) {
+            riftco_flag_index(status, RIFTCO_OP_CROSS_ENTROPY_BACKWARD, P[2], t);
+        }
+        T p = rs_exp_diff(logits[e], lse[row]);
+        T d = dloss[row];
+        T g;
+        if (ok && t >= 0) {
+            g = (p - ((long)t == j ? (T)1.0 : (T)0.0)) * d;
+        } else {
+            /* p * (d * 0): zero, or NaN when either factor is NaN or infinite (IEEE) */
+            g = RIFTCO_ISFINITE(p) && RIFTCO_ISFINITE(d) ? (T)0.0 : RIFTCO_NAN;
         }
         dlogits[e] = g;
     }

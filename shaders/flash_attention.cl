@@ -8,7 +8,16 @@
  * Every kernel walks its blocks grid-stride by threadgroup and splits each phase over the
  * group's threads with flat strided loops, so any group size works; barriers sit outside
  * every divergent branch.
+ *
+ * Specials without infinities (specials.h): the running max starts at RIFTCO_LOWEST, masking
+ * is by index (fa_visible), and each query row ORs the classes of its visible scores, read
+ * back from the threadgroup tile (loaded, so fast math cannot fold the test). A row with a
+ * NaN or +inf score gives out = lse = NaN; a row with no finite score (every visible score
+ * -inf) gives out = NaN, lse = -inf, as the reference's arithmetic does. The backward
+ * rebuilds P from the saved lse and decides each row by lse's class (fa_prob).
  */
+
+#include "specials.h"
 
 #define FA_DMAX 128
 /* forward: query rows per block and keys per tile */
@@ -54,6 +63,16 @@ INLINE int fa_visible(int i, int j, int Tn, int causal) {
     return i < Tn && j < Tn && !(causal && j > i);
 }
 
+/* P = exp(s - lse) for a visible score s and its row's saved lse (loaded): a finite lse
+ * is the normal case; otherwise what IEEE gives for s - lse: NaN (lse NaN), inf (lse
+ * -inf) or 0 (lse +inf). */
+INLINE T fa_prob(T s, T lse) {
+    if (RIFTCO_ISFINITE(lse)) {
+        return rs_exp(s - lse);
+    }
+    return RIFTCO_ISNAN(lse) ? RIFTCO_NAN : (RIFTCO_ISNEGINF(lse) ? RIFTCO_INF : (T)0.0);
+}
+
 KERNEL void flash_forward(GLOBAL T* out ARG(0), GLOBAL T* lse ARG(1), GLOBAL const T* q ARG(2),
                           GLOBAL const T* k ARG(3), GLOBAL const T* v ARG(4),
                           GLOBAL const int* P ARG(5), GLOBAL const T* F ARG(6) THREAD_ARGS) {
@@ -64,6 +83,7 @@ KERNEL void flash_forward(GLOBAL T* out ARG(0), GLOBAL T* lse ARG(1), GLOBAL con
     LOCAL T mrow[FA_BQ];
     LOCAL T lrow[FA_BQ];
     LOCAL T corr[FA_BQ];
+    LOCAL int crow[FA_BQ];
     int BH = P[0];
     int Tn = P[1];
     int D = P[2];
@@ -80,8 +100,9 @@ KERNEL void flash_forward(GLOBAL T* out ARG(0), GLOBAL T* lse ARG(1), GLOBAL con
             acc[e] = (T)0.0;
         }
         for (int r = LID; r < BQ; r += GROUP_SIZE) {
-            mrow[r] = -INFINITY_T;
+            mrow[r] = RIFTCO_LOWEST;
             lrow[r] = (T)0.0;
+            crow[r] = 0;
         }
         int q_end = q0 + BQ < Tn ? q0 + BQ : Tn;
         int k_end = causal ? q_end : Tn;
@@ -94,7 +115,7 @@ KERNEL void flash_forward(GLOBAL T* out ARG(0), GLOBAL T* lse ARG(1), GLOBAL con
                 int c = e - r * BK;
                 int i = q0 + r;
                 int j = k0 + c;
-                T s = -INFINITY_T;
+                T s = (T)0.0; /* masked: never read as a score (fa_visible decides) */
                 if (fa_visible(i, j, Tn, causal)) {
                     GLOBAL const T* qi = q + base + (long)i * D;
                     T dot = (T)0.0;
@@ -109,20 +130,27 @@ KERNEL void flash_forward(GLOBAL T* out ARG(0), GLOBAL T* lse ARG(1), GLOBAL con
             for (int r = LID; r < BQ; r += GROUP_SIZE) {
                 T m_old = mrow[r];
                 T m_new = m_old;
+                int cls = 0;
                 for (int c = 0; c < BK; c++) {
-                    m_new = fmax(m_new, sc[r * BK + c]);
+                    T s = sc[r * BK + c];
+                    int k = fa_visible(q0 + r, k0 + c, Tn, causal) ? rs_class(s) : 0;
+                    cls |= k;
+                    m_new = k == RS_FINITE ? fmax(m_new, s) : m_new;
                 }
                 T lsum = (T)0.0;
                 for (int c = 0; c < BK; c++) {
                     T s = sc[r * BK + c];
-                    T p = s == -INFINITY_T ? (T)0.0 : exp(s - m_new);
+                    int use = fa_visible(q0 + r, k0 + c, Tn, causal) && RIFTCO_ISFINITE(s);
+                    T p = use ? rs_exp(s - m_new) : (T)0.0;
                     sc[r * BK + c] = p;
                     lsum += p;
                 }
-                T cr = m_old == -INFINITY_T ? (T)0.0 : exp(m_old - m_new);
+                /* an empty row so far (l = 0) has nothing to rescale */
+                T cr = lrow[r] > (T)0.0 ? rs_exp(m_old - m_new) : (T)0.0;
                 corr[r] = cr;
                 lrow[r] = lrow[r] * cr + lsum;
                 mrow[r] = m_new;
+                crow[r] |= cls;
             }
             BARRIER();
             for (int e = LID; e < BQ * D; e += GROUP_SIZE) {
@@ -141,13 +169,15 @@ KERNEL void flash_forward(GLOBAL T* out ARG(0), GLOBAL T* lse ARG(1), GLOBAL con
             int d = e - r * D;
             int i = q0 + r;
             if (i < Tn) {
-                out[base + (long)i * D + d] = acc[e] / lrow[r];
+                out[base + (long)i * D + d] = crow[r] == RS_FINITE ? acc[e] / lrow[r] : RIFTCO_NAN;
             }
         }
         for (int r = LID; r < BQ; r += GROUP_SIZE) {
             int i = q0 + r;
             if (i < Tn) {
-                lse[(long)bh * Tn + i] = mrow[r] + log(lrow[r]);
+                int cls = crow[r];
+                lse[(long)bh * Tn + i] = cls == RS_FINITE ? mrow[r] + PRECISE_LOG(lrow[r])
+                                         : (cls & RS_POISON ? RIFTCO_NAN : RIFTCO_NEGINF);
             }
         }
         BARRIER();
@@ -211,7 +241,7 @@ KERNEL void flash_backward_dkdv(GLOBAL T* dk ARG(0), GLOBAL T* dv ARG(1), GLOBAL
                 T p = (T)0.0;
                 T ds = (T)0.0;
                 if (fa_visible(i, j, Tn, causal)) {
-                    p = exp(fa_dot(qt + r * D, kb + c * D, D) * scale - lse[rbase + i]);
+                    p = fa_prob(fa_dot(qt + r * D, kb + c * D, D) * scale, lse[rbase + i]);
                     ds = p * (fa_dot(dot_t + r * D, vb + c * D, D) - drow[rbase + i]);
                 }
                 pt[e] = p;
@@ -277,7 +307,7 @@ KERNEL void flash_backward_dq(GLOBAL T* dq ARG(0), GLOBAL const T* q ARG(1),
                 int j = k0 + c;
                 T ds = (T)0.0;
                 if (fa_visible(i, j, Tn, causal)) {
-                    T p = exp(fa_dot(qb + r * D, kt + c * D, D) * scale - lse[rbase + i]);
+                    T p = fa_prob(fa_dot(qb + r * D, kt + c * D, D) * scale, lse[rbase + i]);
                     ds = p * (fa_dot(dob + r * D, vt + c * D, D) - drow[rbase + i]);
                 }
                 dst[e] = ds;

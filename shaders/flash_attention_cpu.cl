@@ -14,10 +14,22 @@
  * Dot products over D run in FC_VW independent lanes (part[c][u]) so that the fixed-trip,
  * unrolled u loops vectorise without reassociating a reduction (no fast math); a D that is
  * not a multiple of FC_VW finishes with a scalar tail. Rows are taken FC_BK at a time; a
- * row past the visible range is clamped to a valid address and its score set to -inf
- * before the exp (exp(-inf) = 0: no branch around the exp, so PoCL vectorises it).
+ * row past the visible range is clamped to a valid address, its exp argument clamped to
+ * RIFTCO_EXP_FLOOR and its result replaced by 0 with a select (no branch around the exp,
+ * so PoCL vectorises it; no -inf anywhere, so fast math cannot break it).
+ * Specials follow flash_attention.cl: the running max starts at RIFTCO_LOWEST, each row ORs
+ * its visible scores' classes (a NaN or +inf score: out = lse = NaN; none finite: out =
+ * NaN, lse = -inf), and the backward decides each row by its saved lse's class.
  * Sums run in a fixed order and each output element has one writer: deterministic.
  */
+
+#include "specials.h"
+
+/* What P = exp(s - lse) is for a row whose lse is not finite: NaN (lse NaN), inf (lse
+ * -inf) or 0 (lse +inf), as IEEE arithmetic gives; decided on the loaded lse. */
+INLINE T fc_prob_special(T lse) {
+    return RIFTCO_ISNAN(lse) ? RIFTCO_NAN : (RIFTCO_ISNEGINF(lse) ? RIFTCO_INF : (T)0.0);
+}
 
 #define FC_DMAX 128
 #define FC_R 2
@@ -32,7 +44,7 @@
 #else
 #define FC_EXP_ROW(x)                                                                \
     {                                                                                \
-        UNROLL for (int c_ = 0; c_ < FC_BK; c_++) (x)[c_] = exp((x)[c_]);            \
+        UNROLL for (int c_ = 0; c_ < FC_BK; c_++) (x)[c_] = PRECISE_EXP((x)[c_]);    \
     }
 #endif
 
@@ -127,11 +139,13 @@ KERNEL void flash_forward_rows(GLOBAL T* out ARG(0), GLOBAL T* lse ARG(1),
         int kend[FC_R];
         T m[FC_R];
         T l[FC_R];
+        int poison[FC_R];
         UNROLL for (int r = 0; r < FC_R; r++) {
             qi[r] = i0 + r < Tn ? i0 + r : Tn - 1;
             kend[r] = causal ? qi[r] + 1 : Tn;
-            m[r] = -INFINITY_T;
+            m[r] = RIFTCO_LOWEST;
             l[r] = (T)0.0;
+            poison[r] = 0;
             for (int d = 0; d < D; d++) {
                 acc[r][d] = (T)0.0;
             }
@@ -146,19 +160,24 @@ KERNEL void flash_forward_rows(GLOBAL T* out ARG(0), GLOBAL T* lse ARG(1),
             FC_DOTS_R(s, qb, qi, kb, idx, D);
             T cr[FC_R];
             UNROLL for (int r = 0; r < FC_R; r++) {
+                /* The max over visible scores (fmax skips NaN, -inf never wins over the
+                 * sentinel); NaN and +inf set poison. A -inf or NaN score then gets
+                 * exp(floor) = 0 from the clamp, so only masking needs a select. */
                 T m_new = m[r];
                 UNROLL for (int c = 0; c < FC_BK; c++) {
-                    s[r][c] = j0 + c < kend[r] ? s[r][c] * scale : -INFINITY_T;
-                    m_new = fmax(m_new, s[r][c]);
+                    T v = s[r][c] * scale;
+                    int vis = j0 + c < kend[r];
+                    poison[r] |= vis & (RIFTCO_ISNAN(v) | RIFTCO_ISPOSINF(v));
+                    m_new = fmax(m_new, vis ? v : RIFTCO_LOWEST);
+                    s[r][c] = v;
                 }
-                /* exp(-inf - m_use) = 0 with no branch, so the exps vectorise */
-                T m_use = m_new == -INFINITY_T ? (T)0.0 : m_new;
                 T lsum = (T)0.0;
                 UNROLL for (int c = 0; c < FC_BK; c++) {
-                    s[r][c] = exp(s[r][c] - m_use);
+                    T e = rs_exp(s[r][c] - m_new);
+                    s[r][c] = j0 + c < kend[r] ? e : (T)0.0;
                     lsum += s[r][c];
                 }
-                cr[r] = exp(m[r] - m_use);
+                cr[r] = rs_exp(m[r] - m_new); /* l = 0 so far: whatever it is multiplies 0 */
                 l[r] = l[r] * cr[r] + lsum;
                 m[r] = m_new;
             }
@@ -167,10 +186,13 @@ KERNEL void flash_forward_rows(GLOBAL T* out ARG(0), GLOBAL T* lse ARG(1),
         UNROLL for (int r = 0; r < FC_R; r++) {
             if (i0 + r < Tn) {
                 long row = (long)bh * Tn + i0 + r;
+                /* l >= 1 once a finite score was seen (its max contributes exp(0)) */
+                int normal = !poison[r] && l[r] > (T)0.0;
                 for (int d = 0; d < D; d++) {
-                    out[row * D + d] = acc[r][d] / l[r];
+                    out[row * D + d] = normal ? acc[r][d] / l[r] : RIFTCO_NAN;
                 }
-                lse[row] = m[r] + log(l[r]);
+                lse[row] = normal ? m[r] + PRECISE_LOG(l[r])
+                                  : (poison[r] ? RIFTCO_NAN : RIFTCO_NEGINF);
             }
         }
     }
@@ -202,10 +224,15 @@ KERNEL void flash_backward_dq_rows(GLOBAL T* dq ARG(0), GLOBAL const T* q ARG(1)
         T li[FC_R];
         T di[FC_R];
         T one[FC_R];
+        int lfin[FC_R];
+        T lspec[FC_R];
         UNROLL for (int r = 0; r < FC_R; r++) {
             qi[r] = i0 + r < Tn ? i0 + r : Tn - 1;
             kend[r] = causal ? qi[r] + 1 : Tn;
             li[r] = lse[rbase + qi[r]];
+            lfin[r] = RIFTCO_ISFINITE(li[r]);
+            lspec[r] = fc_prob_special(li[r]);
+            li[r] = lfin[r] ? li[r] : (T)0.0;
             di[r] = drow[rbase + qi[r]];
             one[r] = (T)1.0;
             for (int d = 0; d < D; d++) {
@@ -222,14 +249,16 @@ KERNEL void flash_backward_dq_rows(GLOBAL T* dq ARG(0), GLOBAL const T* q ARG(1)
             T dp[FC_R][FC_BK];
             FC_DOTS_R(s, qb, qi, kb, idx, D);
             FC_DOTS_R(dp, dob, qi, vb, idx, D);
-            /* masked entries give exp(-inf) = 0; separate unrolled passes vectorise */
+            /* clamped exps, then selects (masked: 0; row with a special lse: lspec);
+             * separate unrolled passes vectorise */
             UNROLL for (int r = 0; r < FC_R; r++) {
-                UNROLL for (int c = 0; c < FC_BK; c++) {
-                    s[r][c] = j0 + c < kend[r] ? s[r][c] * scale : -INFINITY_T;
-                }
+                UNROLL for (int c = 0; c < FC_BK; c++) s[r][c] = rs_exp(s[r][c] * scale - li[r]);
             }
             UNROLL for (int r = 0; r < FC_R; r++) {
-                UNROLL for (int c = 0; c < FC_BK; c++) s[r][c] = exp(s[r][c] - li[r]);
+                UNROLL for (int c = 0; c < FC_BK; c++) {
+                    T p = lfin[r] ? s[r][c] : lspec[r];
+                    s[r][c] = j0 + c < kend[r] ? p : (T)0.0;
+                }
             }
             UNROLL for (int r = 0; r < FC_R; r++) {
                 UNROLL for (int c = 0; c < FC_BK; c++) s[r][c] *= dp[r][c] - di[r];
@@ -292,17 +321,26 @@ KERNEL void flash_backward_dkdv_rows(GLOBAL T* dk ARG(0), GLOBAL T* dv ARG(1),
             FC_DOTS_R(dp, vb, kj, dob, idx, D);
             T lc[FC_BK];
             T dc[FC_BK];
+            int lfin[FC_BK];
+            T lspec[FC_BK];
             UNROLL for (int c = 0; c < FC_BK; c++) {
                 lc[c] = lse[rbase + idx[c]];
+                lfin[c] = RIFTCO_ISFINITE(lc[c]);
+                lspec[c] = fc_prob_special(lc[c]);
+                lc[c] = lfin[c] ? lc[c] : (T)0.0;
                 dc[c] = drow[rbase + idx[c]];
             }
-            /* masked entries give exp(-inf) = 0; separate unrolled passes vectorise */
+            /* clamped exps, then selects (masked: 0; a query row with a special lse: its
+             * lspec); separate unrolled passes vectorise */
             UNROLL for (int r = 0; r < FC_R; r++) {
                 UNROLL for (int c = 0; c < FC_BK; c++) {
-                    int seen = i0 + c < Tn && !(causal && i0 + c < kj[r]);
-                    s[r][c] = seen ? s[r][c] * scale - lc[c] : -INFINITY_T;
+                    s[r][c] = fmax(s[r][c] * scale - lc[c], RIFTCO_EXP_FLOOR);
                 }
                 FC_EXP_ROW(s[r]);
+                UNROLL for (int c = 0; c < FC_BK; c++) {
+                    int seen = i0 + c < Tn && !(causal && i0 + c < kj[r]);
+                    s[r][c] = seen ? (lfin[c] ? s[r][c] : lspec[c]) : (T)0.0;
+                }
             }
             UNROLL for (int r = 0; r < FC_R; r++) {
                 UNROLL for (int c = 0; c < FC_BK; c++) {

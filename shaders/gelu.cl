@@ -5,7 +5,16 @@
  * only positive terms for |z| < 2 (no cancellation) and a continued fraction for the
  * tail (so tiny CDF values keep their relative accuracy). Both are good to ~1e-15 in
  * double and to rounding in float.
+ *
+ * Specials are decided on the loaded input's bits (specials.h), as the formulas evaluate
+ * in IEEE arithmetic (and the CPU reference gives): gelu(NaN) = NaN, gelu(+inf) = +inf,
+ * gelu(-inf) = -inf * 0 = NaN; the derivative at NaN or +-inf is NaN. For huge finite
+ * inputs (|x|^3 overflows) exp's argument is clamped (rs_exp) and the derivative's tail
+ * term is selected away when its factor e^-2|u| is 0; the erf form clamps |x| to
+ * GELU_CLAMP (beyond it the CDF is exactly 0 or 1), keeping inf out of its divisions.
  */
+
+#include "specials.h"
 
 #define GELU_SQRT_2_OVER_PI ((T)0.79788456080286535588)
 #define GELU_INV_SQRT_2 ((T)0.70710678118654752440)
@@ -14,11 +23,17 @@
 /* Series cut-off and continued-fraction depth: enough for the element type, no more. */
 #define GELU_SERIES_TOL ((T)(sizeof(T) == 8 ? 1e-17 : 1e-8))
 #define GELU_CF_DEPTH (sizeof(T) == 8 ? 60 : 24)
+#define GELU_CLAMP ((T)1e6)
+
+/* gelu at a non-finite input (NaN, +inf: itself; -inf: NaN), and the derivative there. */
+INLINE T gelu_special(T v) {
+    return RIFTCO_ISNEGINF(v) ? RIFTCO_NAN : v;
+}
 
 /* Phi(x) = 0.5 * (1 + erf(x / sqrt 2)), the standard normal CDF. */
 INLINE T gelu_normal_cdf(T x) {
-    T z = fabs(x) * GELU_INV_SQRT_2;
-    T ez = exp(-z * z);
+    T z = fmin(fabs(x), GELU_CLAMP) * GELU_INV_SQRT_2;
+    T ez = rs_exp(-z * z);
     if (z < (T)2.0) {
         /* erf(z) = 2/sqrt(pi) e^{-z^2} sum_n 2^n z^{2n+1} / (1*3*...*(2n+1)) */
         T term = z;
@@ -39,9 +54,6 @@ INLINE T gelu_normal_cdf(T x) {
         k = ((T)n * (T)0.5) / (z + k);
     }
     T half_erfc = (T)0.5 * GELU_INV_SQRT_PI * ez / (z + k);
-    if (x != x) {
-        return x;
-    }
     return x >= (T)0.0 ? (T)1.0 - half_erfc : half_erfc;
 }
 
@@ -65,17 +77,19 @@ KERNEL void gelu_tanh_forward(GLOBAL T* y ARG(0), GLOBAL const T* x ARG(1),
     if (i < P[0]) {
         T v = x[i];
         T u = gelu_tanh_inner(v);
-        y[i] = v * gelu_tanh_gate(u, exp((T)-2.0 * fabs(u)));
+        T g = v * gelu_tanh_gate(u, rs_exp((T)-2.0 * fabs(u)));
+        y[i] = RIFTCO_ISFINITE(v) ? g : gelu_special(v);
     }
 }
 
 /* d/dv [v s(2u)] = s + 2 v u' s (1 - s), and s (1 - s) = e / (1 + e)^2 */
 INLINE T gelu_tanh_grad(T v) {
     T u = gelu_tanh_inner(v);
-    T e = exp((T)-2.0 * fabs(u));
+    T e = rs_exp((T)-2.0 * fabs(u));
     T q = e / (((T)1.0 + e) * ((T)1.0 + e));
     T du = GELU_SQRT_2_OVER_PI * ((T)1.0 + (T)(3.0 * 0.044715) * v * v);
-    return gelu_tanh_gate(u, e) + (q == (T)0.0 ? (T)0.0 : (T)2.0 * v * du * q);
+    T g = gelu_tanh_gate(u, e) + (q == (T)0.0 ? (T)0.0 : (T)2.0 * v * du * q);
+    return RIFTCO_ISFINITE(v) ? g : RIFTCO_NAN;
 }
 
 KERNEL void gelu_tanh_backward(GLOBAL T* dx ARG(0), GLOBAL const T* dy ARG(1),
@@ -92,12 +106,14 @@ KERNEL void gelu_forward(GLOBAL T* y ARG(0), GLOBAL const T* x ARG(1),
     int form = P[1];
     for (int i = GID; i < n; i += GLOBAL_SIZE) {
         T v = x[i];
+        T g;
         if (form == 0) {
             T u = gelu_tanh_inner(v);
-            y[i] = v * gelu_tanh_gate(u, exp((T)-2.0 * fabs(u)));
+            g = v * gelu_tanh_gate(u, rs_exp((T)-2.0 * fabs(u)));
         } else {
-            y[i] = v * gelu_normal_cdf(v);
+            g = v * gelu_normal_cdf(v);
         }
+        y[i] = RIFTCO_ISFINITE(v) ? g : gelu_special(v);
     }
 }
 
@@ -111,8 +127,8 @@ KERNEL void gelu_backward(GLOBAL T* dx ARG(0), GLOBAL const T* dy ARG(1),
         if (form == 0) {
             g = gelu_tanh_grad(v);
         } else {
-            T pdf = GELU_INV_SQRT_2PI * exp((T)-0.5 * v * v);
-            g = gelu_normal_cdf(v) + v * pdf;
+            T pdf = GELU_INV_SQRT_2PI * rs_exp((T)-0.5 * v * v);
+            g = RIFTCO_ISFINITE(v) ? gelu_normal_cdf(v) + v * pdf : RIFTCO_NAN;
         }
         dx[i] = dy[i] * g;
     }

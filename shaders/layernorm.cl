@@ -37,7 +37,7 @@ KERNEL void layer_norm_forward(GLOBAL T* y ARG(0), GLOBAL T* mean ARG(1), GLOBAL
             }
         }
         T var = rt_team_sum(buf, acc, rt) / (T)C;
-        T r = (T)1.0 / sqrt(var + eps);
+        T r = (T)1.0 / PRECISE_SQRT(var + eps);
         if (active) {
             for (int j = rt.tl; j < C; j += rt.tw) {
                 y[base + j] = (x[base + j] - mu) * r * gamma[j] + beta[j];
@@ -114,20 +114,21 @@ KERNEL void layer_norm_backward_partial(GLOBAL T* partial ARG(0), GLOBAL const T
     }
 }
 
-/* Stage 2: dgamma[c], dbeta[c] = sums of the chunk partials, chunks in order. */
+/* Stage 2: dgamma[c], dbeta[c] = sums of the chunk partials, chunks in order, in blocks
+ * (BlockSum: a million rows make 15,625 chunks). */
 KERNEL void layer_norm_backward_params(GLOBAL T* dgamma ARG(0), GLOBAL T* dbeta ARG(1),
                                        GLOBAL const T* partial ARG(2),
                                        GLOBAL const int* P ARG(3) THREAD_ARGS) {
     int C = P[1];
     int chunks = P[3];
     for (int c = GID; c < C; c += GLOBAL_SIZE) {
-        T acc_gamma = (T)0.0;
-        T acc_beta = (T)0.0;
+        BlockSum acc_gamma = bsum_init((T)0.0);
+        BlockSum acc_beta = bsum_init((T)0.0);
         for (int k = 0; k < chunks; k++) {
-            acc_gamma += partial[((long)k * 2) * C + c];
-            acc_beta += partial[((long)k * 2 + 1) * C + c];
+            acc_gamma = bsum_add(acc_gamma, partial[((long)k * 2) * C + c]);
+            acc_beta = bsum_add(acc_beta, partial[((long)k * 2 + 1) * C + c]);
         }
-        dgamma[c] = acc_gamma;
-        dbeta[c] = acc_beta;
+        dgamma[c] = bsum_total(acc_gamma);
+        dbeta[c] = bsum_total(acc_beta);
     }
 }

@@ -252,7 +252,7 @@ KERNEL void matmul_wide(GLOBAL T* c ARG(0), GLOBAL const T* a ARG(1), GLOBAL con
                 }
                 if (step >= 0 && active) {
                     const int cur = (step & 1) * MW_TK * MW_LD;
-                    for (int kk = 0; kk < MW_TK; ++kk) {
+                    UNROLL for (int kk = 0; kk < MW_TK; ++kk) {
                         T av[8];
                         T bv[8];
                         const int ra0 = cur + kk * MW_LD + ty * 4;

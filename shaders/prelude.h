@@ -90,7 +90,7 @@ typedef unsigned char uchar;
 #endif
 #define KERNEL extern "C" __global__
 #define GLOBAL
-#define LOCAL __shared__
+#define LOCAL __shared__ __align__(16) /* lets 4 adjacent reads become one 16-byte load */
 #define LOCAL_PTR
 #define ARG(n)
 #define THREAD_ARGS
@@ -113,6 +113,161 @@ INLINE long clamp(long x, long lo, long hi) { return min(max(x, lo), hi); }
 #else
 #error "riftco prelude: none of __METAL_VERSION__, __OPENCL_VERSION__, __CUDACC_RTC__ is defined"
 #endif
+
+/* ---- Fast-math safety: bit-pattern tests, finite sentinels, status flags, precise math ----
+ *
+ * Metal compiles with fast math by default: the compiler may assume no NaN or infinity
+ * reaches any float operation, so `x != x`, `isnan(x)` and `x == -INFINITY` may fold to a
+ * constant (PoCL folds `x != x` to false under -cl-fast-relaxed-math; see
+ * tests/test_fast_math.py). Kernels therefore never branch on a float comparison with a
+ * special value. Instead:
+ *   - NaN and infinity are recognised by their bit patterns (RIFTCO_ISNAN & co.: exponent
+ *     all ones, mantissa non-zero / zero), which no float optimisation can fold;
+ *   - running maxima start from a finite sentinel (RIFTCO_LOWEST, the lowest finite value)
+ *     or from a real element of the row, and "this row had a usable value" is an explicit
+ *     flag or count, never "max is still -inf";
+ *   - special results (NaN, +-inf, -0) are bit patterns (RIFTCO_NAN, RIFTCO_INF, ...),
+ *     selected by those flags, never produced by arithmetic the compiler may rewrite;
+ *   - a value's bit tests come before any float comparison of it, on every path: after
+ *     a fast-math `v > w` the compiler may assume v is not NaN, even in a later bit test;
+ *   - exp of a difference is taken of a clamped argument (RIFTCO_EXP_FLOOR: exp of it is
+ *     exactly 0 in T), so no -inf ever reaches exp (rs_exp in specials.h, which also
+ *     holds the T-typed helpers built on these macros).
+ * The T-generic names dispatch on the element type by token pasting (T is defined after
+ * this file, which is fine: macros expand where they are used).
+ *
+ * Precise math, per kernel family. Metal's fast variants of exp/log/tanh/pow/sqrt trade
+ * accuracy for speed (their error grows with |x|); every riftco family is memory-bound, so
+ * the precise variants cost little, and every family is compared element-wise with a
+ * float64 reference at a few ulp. PRECISE_* are `metal::precise::` on Metal and the plain
+ * builtins elsewhere (OpenCL and CUDA builtins are precise unless built with fast math).
+ *   elementwise: exp, log, sqrt, tanh, pow    - the primitives themselves, checked per ulp
+ *   gelu:        exp                          - erf series / continued fraction and the
+ *                                               logistic tails need relative accuracy
+ *   softmax, cross_entropy, attention, flash_attention(_cpu): exp, log
+ *                                             - lse feeds the loss (lse - logit cancels for
+ *                                               confident rows) and the backward rebuilds
+ *                                               probabilities from it
+ *   layernorm, adam: sqrt                     - rstd scales every output and gradient
+ * No family uses `#pragma METAL fp math_mode(safe)`: it needs MSL 3.2 (macOS 15), and a
+ * kernel that is only right under it would still be wrong on older Macs; the kernels are
+ * fast-math safe by construction instead, which CI checks with OpenCL's fast-math flags.
+ *
+ * Device status word (index-taking kernels: embedding, embedding_backward, cross_entropy,
+ * cross_entropy_backward): a kernel that meets an out-of-range id clamps it (never reads
+ * or writes out of bounds) and records it in a small int buffer declared
+ * `GLOBAL STATUS_T* status`, through RIFTCO_STATUS_OR/MIN/MAX (integer atomics; the host
+ * reads it at the next sync point; layout in status.h).
+ */
+#if defined(__METAL_VERSION__)
+#define RIFTCO_F32_BITS(x) as_type<uint>(x)
+#define RIFTCO_F32_FROM_BITS(u) as_type<float>((uint)(u))
+#define STATUS_T atomic_int
+#define RIFTCO_STATUS_OR(p, v) atomic_fetch_or_explicit((p), (v), memory_order_relaxed)
+#define RIFTCO_STATUS_MIN(p, v) atomic_fetch_min_explicit((p), (v), memory_order_relaxed)
+#define RIFTCO_STATUS_MAX(p, v) atomic_fetch_max_explicit((p), (v), memory_order_relaxed)
+#define PRECISE_EXP(x) precise::exp(x)
+#define PRECISE_LOG(x) precise::log(x)
+#define PRECISE_SQRT(x) precise::sqrt(x)
+#define PRECISE_TANH(x) precise::tanh(x)
+#define PRECISE_POW(x, y) precise::pow(x, y)
+#elif defined(__OPENCL_VERSION__)
+#define RIFTCO_F32_BITS(x) as_uint(x)
+#define RIFTCO_F32_FROM_BITS(u) as_float((uint)(u))
+#if defined(RIFTCO_FP64)
+#define RIFTCO_F64_BITS(x) as_ulong(x)
+#define RIFTCO_F64_FROM_BITS(u) as_double((ulong)(u))
+#endif
+#define STATUS_T volatile int
+#define RIFTCO_STATUS_OR(p, v) atomic_or((p), (v))
+#define RIFTCO_STATUS_MIN(p, v) atomic_min((p), (v))
+#define RIFTCO_STATUS_MAX(p, v) atomic_max((p), (v))
+#define PRECISE_EXP(x) exp(x)
+#define PRECISE_LOG(x) log(x)
+#define PRECISE_SQRT(x) sqrt(x)
+#define PRECISE_TANH(x) tanh(x)
+#define PRECISE_POW(x, y) pow(x, y)
+#else /* CUDA (NVRTC): the branch above has already rejected anything else */
+#define RIFTCO_FP64 1
+#define RIFTCO_F32_BITS(x) __float_as_uint(x)
+#define RIFTCO_F32_FROM_BITS(u) __uint_as_float((uint)(u))
+#define RIFTCO_F64_BITS(x) ((ulong)__double_as_longlong(x))
+#define RIFTCO_F64_FROM_BITS(u) __longlong_as_double((long long)(u))
+#define STATUS_T int
+#define RIFTCO_STATUS_OR(p, v) atomicOr((p), (v))
+#define RIFTCO_STATUS_MIN(p, v) atomicMin((p), (v))
+#define RIFTCO_STATUS_MAX(p, v) atomicMax((p), (v))
+#define PRECISE_EXP(x) exp(x)
+#define PRECISE_LOG(x) log(x)
+#define PRECISE_SQRT(x) sqrt(x)
+#define PRECISE_TANH(x) tanh(x)
+#define PRECISE_POW(x, y) pow(x, y)
+#endif
+
+#define RIFTCO_CAT_(a, b) a##b
+#define RIFTCO_CAT(a, b) RIFTCO_CAT_(a, b)
+
+/* Class tests on bit patterns, per element type (float always; double with RIFTCO_FP64). */
+INLINE int riftco_isnan_float(float x) { return (RIFTCO_F32_BITS(x) & 0x7fffffffu) > 0x7f800000u; }
+INLINE int riftco_isinf_float(float x) { return (RIFTCO_F32_BITS(x) & 0x7fffffffu) == 0x7f800000u; }
+INLINE int riftco_isfinite_float(float x) { return (RIFTCO_F32_BITS(x) & 0x7f800000u) != 0x7f800000u; }
+INLINE int riftco_isposinf_float(float x) { return RIFTCO_F32_BITS(x) == 0x7f800000u; }
+INLINE int riftco_isneginf_float(float x) { return RIFTCO_F32_BITS(x) == 0xff800000u; }
+INLINE int riftco_iszero_float(float x) { return (RIFTCO_F32_BITS(x) & 0x7fffffffu) == 0u; }
+INLINE int riftco_signbit_float(float x) { return (int)(RIFTCO_F32_BITS(x) >> 31); }
+INLINE int riftco_exponent_float(float x) { return (int)((RIFTCO_F32_BITS(x) >> 23) & 0xffu); }
+#define RIFTCO_EXP_BIAS_float 127
+#define RIFTCO_NAN_float RIFTCO_F32_FROM_BITS(0x7fc00000u)
+#define RIFTCO_INF_float RIFTCO_F32_FROM_BITS(0x7f800000u)
+#define RIFTCO_NEGINF_float RIFTCO_F32_FROM_BITS(0xff800000u)
+#define RIFTCO_NEGZERO_float RIFTCO_F32_FROM_BITS(0x80000000u)
+#define RIFTCO_LOWEST_float (-3.40282346638528859812e+38f)
+#define RIFTCO_EXP_FLOOR_float (-120.0f)
+#if defined(RIFTCO_FP64)
+INLINE int riftco_isnan_double(double x) {
+    return (RIFTCO_F64_BITS(x) & 0x7fffffffffffffffUL) > 0x7ff0000000000000UL;
+}
+INLINE int riftco_isinf_double(double x) {
+    return (RIFTCO_F64_BITS(x) & 0x7fffffffffffffffUL) == 0x7ff0000000000000UL;
+}
+INLINE int riftco_isfinite_double(double x) {
+    return (RIFTCO_F64_BITS(x) & 0x7ff0000000000000UL) != 0x7ff0000000000000UL;
+}
+INLINE int riftco_isposinf_double(double x) { return RIFTCO_F64_BITS(x) == 0x7ff0000000000000UL; }
+INLINE int riftco_isneginf_double(double x) { return RIFTCO_F64_BITS(x) == 0xfff0000000000000UL; }
+INLINE int riftco_iszero_double(double x) {
+    return (RIFTCO_F64_BITS(x) & 0x7fffffffffffffffUL) == 0UL;
+}
+INLINE int riftco_signbit_double(double x) { return (int)(RIFTCO_F64_BITS(x) >> 63); }
+INLINE int riftco_exponent_double(double x) {
+    return (int)((RIFTCO_F64_BITS(x) >> 52) & 0x7ffUL);
+}
+#define RIFTCO_EXP_BIAS_double 1023
+#define RIFTCO_NAN_double RIFTCO_F64_FROM_BITS(0x7ff8000000000000UL)
+#define RIFTCO_INF_double RIFTCO_F64_FROM_BITS(0x7ff0000000000000UL)
+#define RIFTCO_NEGINF_double RIFTCO_F64_FROM_BITS(0xfff0000000000000UL)
+#define RIFTCO_NEGZERO_double RIFTCO_F64_FROM_BITS(0x8000000000000000UL)
+#define RIFTCO_LOWEST_double (-1.79769313486231570815e+308)
+#define RIFTCO_EXP_FLOOR_double (-800.0)
+#endif
+
+/* The same, for the program's element type T. */
+#define RIFTCO_ISNAN(x) RIFTCO_CAT(riftco_isnan_, T)(x)
+#define RIFTCO_ISINF(x) RIFTCO_CAT(riftco_isinf_, T)(x)
+#define RIFTCO_ISFINITE(x) RIFTCO_CAT(riftco_isfinite_, T)(x)
+#define RIFTCO_ISPOSINF(x) RIFTCO_CAT(riftco_isposinf_, T)(x)
+#define RIFTCO_ISNEGINF(x) RIFTCO_CAT(riftco_isneginf_, T)(x)
+#define RIFTCO_ISZERO(x) RIFTCO_CAT(riftco_iszero_, T)(x)
+#define RIFTCO_SIGNBIT(x) RIFTCO_CAT(riftco_signbit_, T)(x)
+/* The biased exponent field (0 for zero and subnormals) and its bias. */
+#define RIFTCO_EXPONENT(x) RIFTCO_CAT(riftco_exponent_, T)(x)
+#define RIFTCO_EXP_BIAS RIFTCO_CAT(RIFTCO_EXP_BIAS_, T)
+#define RIFTCO_NAN RIFTCO_CAT(RIFTCO_NAN_, T)
+#define RIFTCO_INF RIFTCO_CAT(RIFTCO_INF_, T)
+#define RIFTCO_NEGINF RIFTCO_CAT(RIFTCO_NEGINF_, T)
+#define RIFTCO_NEGZERO RIFTCO_CAT(RIFTCO_NEGZERO_, T)
+#define RIFTCO_LOWEST RIFTCO_CAT(RIFTCO_LOWEST_, T)
+#define RIFTCO_EXP_FLOOR RIFTCO_CAT(RIFTCO_EXP_FLOOR_, T)
 
 /* Ask the compiler to unroll the next loop fully (constant trip count): lets per-thread
  * register tiles (matmul_panel) live in registers and vectorise; a hint, never a must. */

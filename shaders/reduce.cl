@@ -10,13 +10,22 @@
  * row chunk t / cols (so a long reduced axis can be split over many threads and finished
  * by a second launch).
  * P rows kernels: [0] rows, [1] cols. P cols kernels: [0] rows, [1] cols, [2] chunk.
+ *
+ * Max and argmax need no -inf sentinel: every partial starts from a real element of its
+ * row or chunk (max is idempotent, and argmax's tie rule prefers the smaller index, so
+ * element 0 counted twice changes nothing). NaN is found by bits (specials.h), never by
+ * a != a, which fast math may fold to false. Sums are IEEE arithmetic, and every long
+ * sequential run is summed in blocks (BlockSum in specials.h), so a million-row column
+ * sum errs by a few dozen ulp, not thousands; the group trees are pairwise already.
  */
+
+#include "specials.h"
 
 #define RIFTCO_REDUCE_MAX_GROUP 1024
 
 INLINE T riftco_add(T a, T b) { return a + b; }
 /* Propagates NaN like numpy's max. */
-INLINE T riftco_max(T a, T b) { return (a > b || a != a) ? a : b; }
+INLINE T riftco_max(T a, T b) { return RIFTCO_ISNAN(a) || (!RIFTCO_ISNAN(b) && a > b) ? a : b; }
 
 /* Tree reduction over a threadgroup of any size; every thread gets the result.
  * All threads of the group must call it (it holds barriers). */
@@ -38,18 +47,30 @@ INLINE T riftco_max(T a, T b) { return (a > b || a != a) ? a : b; }
 RIFTCO_GROUP_REDUCE(riftco_group_sum, riftco_add)
 RIFTCO_GROUP_REDUCE(riftco_group_max, riftco_max)
 
-#define RIFTCO_REDUCE_KERNELS(op, combine, group_fn, init)                             \
+/* Per-thread accumulators: a blocked sum, or a running max started from a real element
+ * (xs[first]: the first element of the thread's row or chunk). */
+INLINE BlockSum sum_acc_init(GLOBAL const T* xs, int first) { return bsum_init((T)0.0); }
+INLINE BlockSum sum_acc_add(BlockSum s, T v) { return bsum_add(s, v); }
+INLINE T sum_acc_total(BlockSum s) { return bsum_total(s); }
+INLINE BlockSum max_acc_init(GLOBAL const T* xs, int first) { return bsum_init(xs[first]); }
+INLINE BlockSum max_acc_add(BlockSum s, T v) {
+    s.b0 = riftco_max(s.b0, v);
+    return s;
+}
+INLINE T max_acc_total(BlockSum s) { return s.b0; }
+
+#define RIFTCO_REDUCE_KERNELS(op, group_fn)                                            \
     KERNEL void op##_rows(GLOBAL T* out ARG(0), GLOBAL const T* x ARG(1),              \
                           GLOBAL const int* P ARG(2) THREAD_ARGS) {                    \
         LOCAL T buf[RIFTCO_REDUCE_MAX_GROUP];                                          \
         const int rows = P[0];                                                         \
         const int cols = P[1];                                                         \
         for (int row = GROUP_ID; row < rows; row += NUM_GROUPS) {                      \
-            GLOBAL const T* xr = x + row * cols;                                       \
-            T acc = init;                                                              \
-            for (int c = LID; c < cols; c += GROUP_SIZE) acc = combine(acc, xr[c]);    \
-            acc = group_fn(buf, acc, LID, GROUP_SIZE);                                 \
-            if (LID == 0) out[row] = acc;                                              \
+            GLOBAL const T* xr = x + (long)row * cols;                                 \
+            BlockSum acc = op##_acc_init(xr, 0);                                       \
+            for (int c = LID; c < cols; c += GROUP_SIZE) acc = op##_acc_add(acc, xr[c]); \
+            T total = group_fn(buf, op##_acc_total(acc), LID, GROUP_SIZE);             \
+            if (LID == 0) out[row] = total;                                            \
         }                                                                              \
     }                                                                                  \
     KERNEL void op##_rows_small(GLOBAL T* out ARG(0), GLOBAL const T* x ARG(1),        \
@@ -57,10 +78,10 @@ RIFTCO_GROUP_REDUCE(riftco_group_max, riftco_max)
         const int rows = P[0];                                                         \
         const int cols = P[1];                                                         \
         for (int row = GID; row < rows; row += GLOBAL_SIZE) {                          \
-            GLOBAL const T* xr = x + row * cols;                                       \
-            T acc = init;                                                              \
-            for (int c = 0; c < cols; ++c) acc = combine(acc, xr[c]);                  \
-            out[row] = acc;                                                            \
+            GLOBAL const T* xr = x + (long)row * cols;                                 \
+            BlockSum acc = op##_acc_init(xr, 0);                                       \
+            for (int c = 0; c < cols; ++c) acc = op##_acc_add(acc, xr[c]);             \
+            out[row] = op##_acc_total(acc);                                            \
         }                                                                              \
     }                                                                                  \
     KERNEL void op##_cols(GLOBAL T* out ARG(0), GLOBAL const T* x ARG(1),              \
@@ -73,20 +94,22 @@ RIFTCO_GROUP_REDUCE(riftco_group_max, riftco_max)
             const int col = t % cols;                                                  \
             const int part = t / cols;                                                 \
             const int r1 = min(rows, (part + 1) * chunk);                              \
-            T acc = init;                                                              \
-            for (int r = part * chunk; r < r1; ++r) acc = combine(acc, x[r * cols + col]); \
-            out[t] = acc;                                                              \
+            BlockSum acc = op##_acc_init(x, part * chunk * cols + col);                \
+            for (int r = part * chunk; r < r1; ++r) {                                  \
+                acc = op##_acc_add(acc, x[(long)r * cols + col]);                      \
+            }                                                                          \
+            out[t] = op##_acc_total(acc);                                              \
         }                                                                              \
     }
 
-RIFTCO_REDUCE_KERNELS(sum, riftco_add, riftco_group_sum, (T)0)
-RIFTCO_REDUCE_KERNELS(max, riftco_max, riftco_group_max, -INFINITY_T)
+RIFTCO_REDUCE_KERNELS(sum, riftco_group_sum)
+RIFTCO_REDUCE_KERNELS(max, riftco_group_max)
 
 /* (value, index) is better than (w, j) when larger, or equal with a smaller index; NaN
  * counts as largest (numpy returns the first NaN). */
 INLINE bool riftco_arg_better(T v, int i, T w, int j) {
-    if (v != v) return w == w || i < j;
-    if (w != w) return false;
+    if (RIFTCO_ISNAN(v)) return !RIFTCO_ISNAN(w) || i < j;
+    if (RIFTCO_ISNAN(w)) return false;
     return v > w || (v == w && i < j);
 }
 
@@ -101,8 +124,8 @@ KERNEL void argmax_rows(GLOBAL int* out ARG(0), GLOBAL const T* x ARG(1),
     const int gsize = GROUP_SIZE;
     for (int row = GROUP_ID; row < rows; row += NUM_GROUPS) {
         GLOBAL const T* xr = x + row * cols;
-        T best = -INFINITY_T;
-        int besti = cols; /* sentinel: loses every tie against a real index */
+        T best = xr[0]; /* a real candidate: no -inf sentinel */
+        int besti = 0;
         for (int c = lid; c < cols; c += gsize) {
             if (riftco_arg_better(xr[c], c, best, besti)) {
                 best = xr[c];
@@ -122,7 +145,7 @@ KERNEL void argmax_rows(GLOBAL int* out ARG(0), GLOBAL const T* x ARG(1),
             }
             BARRIER();
         }
-        if (lid == 0) out[row] = ibuf[0] < cols ? ibuf[0] : 0;
+        if (lid == 0) out[row] = ibuf[0];
         BARRIER();
     }
 }

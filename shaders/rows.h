@@ -19,6 +19,8 @@
 #ifndef RIFTCO_ROWS_H
 #define RIFTCO_ROWS_H
 
+#include "specials.h"
+
 #define RT_MAX_GROUP 1024
 
 /* This thread's place: team width tw (the requested width clamped to the group), teams
@@ -73,55 +75,76 @@ INLINE T rt_team_sum(LOCAL_PTR T* buf, T v, RowTeam rt) {
     return total;
 }
 
-/* Max of v over the caller's team; every thread of the team gets it. */
-INLINE T rt_team_max(LOCAL_PTR T* buf, T v, RowTeam rt) {
+/* Max of the finite entries and OR of the entry classes (specials.h) over the caller's
+ * team; every thread of the team gets both. m starts at RIFTCO_LOWEST, a finite sentinel:
+ * whether it is a real maximum is told by RS_FINITE in cls, never by its value. */
+typedef struct {
+    T m;
+    int cls;
+} RtMax;
+
+INLINE RtMax rt_team_max_class(LOCAL_PTR T* buf, LOCAL_PTR int* cbuf, T m, int cls,
+                               RowTeam rt) {
     int lid = rt.lid;
-    buf[lid] = v;
+    buf[lid] = m;
+    cbuf[lid] = cls;
     BARRIER();
     for (int h = rt_pow2_at_least(rt.tw) >> 1; h > 0; h >>= 1) {
         if (rt.tl < h && rt.tl + h < rt.tw && lid + h < rt.gsize) {
             buf[lid] = fmax(buf[lid], buf[lid + h]);
+            cbuf[lid] |= cbuf[lid + h];
         }
         BARRIER();
     }
-    T total = buf[lid - rt.tl];
+    RtMax r;
+    r.m = buf[lid - rt.tl];
+    r.cls = cbuf[lid - rt.tl];
     BARRIER();
-    return total;
+    return r;
 }
 
-/* exp(m_from - m_to) with an empty side (max -inf) contributing exactly 0. */
-INLINE T rt_rescale(T m_from, T m_to) {
-    return m_from == -INFINITY_T ? (T)0.0 : exp(m_from - m_to);
+/* s * exp(m_from - m_to) for a partial (m_from, s) rescaled to the larger max m_to; an
+ * empty partial (s = 0, m_from the sentinel) stays 0 without computing sentinel - max. */
+INLINE T rt_rescale(T s, T m_from, T m_to) {
+    return s > (T)0.0 ? s * rs_exp(m_from - m_to) : (T)0.0;
 }
 
-/* Merge (max, sum of exp(x - max)) pairs over the team; the result is left in
- * mb[lid - tl], sb[lid - tl]. The caller reads it, then issues BARRIER(). */
-INLINE void rt_team_merge(LOCAL_PTR T* mb, LOCAL_PTR T* sb, T m, T s, RowTeam rt) {
+/* Merge (max, sum of exp(x - max), classes) triples over the team; the result is left in
+ * mb[lid - tl], sb[lid - tl], cb[lid - tl]. The caller reads it, then issues BARRIER(). */
+INLINE void rt_team_merge(LOCAL_PTR T* mb, LOCAL_PTR T* sb, LOCAL_PTR int* cb, T m, T s,
+                          int cls, RowTeam rt) {
     int lid = rt.lid;
     mb[lid] = m;
     sb[lid] = s;
+    cb[lid] = cls;
     BARRIER();
     for (int h = rt_pow2_at_least(rt.tw) >> 1; h > 0; h >>= 1) {
         if (rt.tl < h && rt.tl + h < rt.tw && lid + h < rt.gsize) {
             T m1 = mb[lid];
             T m2 = mb[lid + h];
             T mm = fmax(m1, m2);
-            sb[lid] = sb[lid] * rt_rescale(m1, mm) + sb[lid + h] * rt_rescale(m2, mm);
+            sb[lid] = rt_rescale(sb[lid], m1, mm) + rt_rescale(sb[lid + h], m2, mm);
             mb[lid] = mm;
+            cb[lid] |= cb[lid + h];
         }
         BARRIER();
     }
 }
 
-/* Online (max, sum) update with one element; -inf elements add nothing. */
-#define RT_ONLINE(m, s, v)                                           \
+/* Online (max, sum, classes) update with one loaded entry. m starts at RIFTCO_LOWEST and s
+ * at 0; -inf entries add nothing, NaN and +inf only set RS_POISON (see specials.h). */
+#define RT_ONLINE(m, s, cls, v)                                      \
     do {                                                             \
         T rt_v_ = (v);                                               \
-        if (rt_v_ > (m)) {                                           \
-            (s) = (s) * rt_rescale((m), rt_v_) + (T)1.0;             \
-            (m) = rt_v_;                                             \
-        } else {                                                     \
-            (s) += rt_v_ == -INFINITY_T ? (T)0.0 : exp(rt_v_ - (m)); \
+        int rt_c_ = rs_class(rt_v_);                                 \
+        (cls) |= rt_c_;                                              \
+        if (rt_c_ == RS_FINITE) {                                    \
+            if (rt_v_ > (m)) {                                       \
+                (s) = rt_rescale((s), (m), rt_v_) + (T)1.0;          \
+                (m) = rt_v_;                                         \
+            } else {                                                 \
+                (s) += rs_exp(rt_v_ - (m));                          \
+            }                                                        \
         }                                                            \
     } while (0)
 

@@ -1,16 +1,20 @@
 /* Softmax over the last axis and its backward.
  *
  * Integer params P: [0] rows, [1] cols, [2] team width (see rows.h).
- * A row whose entries are all -inf has max -inf; exp(x - max) is then NaN, as the math
- * (and the CPU reference) says. NaN entries propagate through the sum to the whole row.
+ * Specials, decided on the loaded entries' bit patterns (specials.h), never by comparing
+ * with -inf: -inf entries give exactly 0; a row with a NaN or +inf entry, or with no
+ * finite entry at all (all -inf), is NaN throughout, which is what max-subtracted IEEE
+ * arithmetic gives (+inf - +inf, -inf - -inf).
  */
 
 #include "rows.h"
 
-/* Max, then exp(x - max) stored in y while summing, then y /= sum: one exp per element. */
+/* Max of the finite entries (and the row's classes), then exp(x - max) stored in y while
+ * summing, then y /= sum: one exp per element. */
 KERNEL void softmax_forward(GLOBAL T* y ARG(0), GLOBAL const T* x ARG(1),
                             GLOBAL const int* P ARG(2) THREAD_ARGS) {
     LOCAL T buf[RT_MAX_GROUP];
+    LOCAL int cbuf[RT_MAX_GROUP];
     int rows = P[0];
     int cols = P[1];
     RowTeam rt = rt_team(P[2], LID, GROUP_SIZE);
@@ -18,17 +22,23 @@ KERNEL void softmax_forward(GLOBAL T* y ARG(0), GLOBAL const T* x ARG(1),
         int row = r0 + rt.team;
         int active = rt_active(rt, row, rows);
         long base = (long)row * cols;
-        T m = -INFINITY_T;
+        T m = RIFTCO_LOWEST;
+        int cls = 0;
         if (active) {
             for (int j = rt.tl; j < cols; j += rt.tw) {
-                m = fmax(m, x[base + j]);
+                T v = x[base + j];
+                int c = rs_class(v);
+                cls |= c;
+                m = c == RS_FINITE ? fmax(m, v) : m;
             }
         }
-        T row_max = rt_team_max(buf, m, rt);
+        RtMax rm = rt_team_max_class(buf, cbuf, m, cls, rt);
+        int normal = rm.cls == RS_FINITE;
         T acc = (T)0.0;
-        if (active) {
+        if (active && normal) {
             for (int j = rt.tl; j < cols; j += rt.tw) {
-                T e = exp(x[base + j] - row_max);
+                T v = x[base + j];
+                T e = RIFTCO_ISFINITE(v) ? rs_exp(v - rm.m) : (T)0.0;
                 y[base + j] = e;
                 acc += e;
             }
@@ -36,7 +46,7 @@ KERNEL void softmax_forward(GLOBAL T* y ARG(0), GLOBAL const T* x ARG(1),
         T row_sum = rt_team_sum(buf, acc, rt);
         if (active) {
             for (int j = rt.tl; j < cols; j += rt.tw) {
-                y[base + j] = y[base + j] / row_sum;
+                y[base + j] = normal ? y[base + j] / row_sum : RIFTCO_NAN;
             }
         }
     }

@@ -77,6 +77,8 @@ class _ClHost(FusedKernels):
     def __init__(self, group: int) -> None:
         self.group = group
         self.launches: list[str] = []
+        # the device status buffer (shaders/status.h): word 0 = flags, then min/max per slot
+        self.status = self.up(np.array([0] + [2**31 - 1, -(2**31)] * 16, np.int32))
 
     def empty(self, shape: Sequence[int], dtype: Any) -> _Buf:
         return _Buf(shape, dtype)
@@ -118,11 +120,15 @@ class _ClHost(FusedKernels):
         ints: Sequence[int] = (),
         floats: Sequence[float] = (),
         index_dtype: Any = None,
+        status: tuple[str, int] | None = None,
     ) -> None:
         dtype = np.dtype(dtype)
         index = "long" if np.dtype(index_dtype or np.int32) == np.int64 else "int"
         prg = _program(family, "double" if dtype == np.float64 else "float", index)
         bufs = [a.buffer for a in args]
+        if status is not None:  # the status buffer, and slot 0 as the last int
+            bufs.append(self.status.buffer)
+            ints = (*ints, 0)
         if ints:
             bufs.append(self.up(np.asarray(ints, np.int32)).buffer)
         if floats:

@@ -1,8 +1,14 @@
 """A whole training step on a kernel backend waits on the host exactly once: for the loss.
 
 Forward, backward (both attention modes, with the label-smoothing head too), gradient
-clipping and AdamW all stay on the device; the only download is the 4-byte loss the
-progress bar prints.
+clipping and AdamW all stay on the device; the only downloads are the 4-byte loss the
+progress bar prints and, at that same sync point, the 4-byte device status word through
+which the embedding and cross-entropy kernels report out-of-range ids
+(core/kernels/status.py): one wait, two small reads.
+
+The label-smoothing head (a compiled objective) checks its targets through
+``autograd.domain``'s deferred flag, which ``backward()`` reads: a second sync, again with
+its status word.
 """
 
 from __future__ import annotations
@@ -22,9 +28,10 @@ def _opencl():
 
 
 @pytest.mark.parametrize(
-    "attention, smoothing", [("materialized", 0.0), ("flash", 0.0), ("materialized", 0.1)]
+    "attention, smoothing, syncs",
+    [("materialized", 0.0, 1), ("flash", 0.0, 1), ("materialized", 0.1, 2)],
 )
-def test_training_step_downloads_only_the_loss(attention, smoothing):
+def test_training_step_downloads_only_the_loss(attention, smoothing, syncs):
     dev = _opencl()
     text, source = load_text(None)
     data = CharDataset.from_text(text[:20_000], 8, source)
@@ -37,9 +44,12 @@ def test_training_step_downloads_only_the_loss(attention, smoothing):
     trainer.train_step()  # compiles kernels, creates optimizer state
     backend = dev.backend
     backend.reset_transfer_stats()
+    reads = backend.device_status.reads
     loss = trainer.train_step()
     stats = backend.transfer_stats()
     assert loss == loss  # a number, not NaN
-    assert stats["downloads"] == 1, stats
-    assert stats["download_bytes"] == 4, stats  # one float32: the loss
+    # each sync: its value (the loss; the head's target flag) and the status word
+    assert stats["downloads"] == 2 * syncs, stats
+    assert stats["download_bytes"] == 8 * syncs, stats  # float32 + int32 each
+    assert backend.device_status.reads - reads == syncs
     assert stats["launches"] > 50, stats  # the step really ran on the device

@@ -183,8 +183,12 @@ def test_pending_cap_waits_for_the_oldest_and_remembers_it(fake, monkeypatch):
 
 
 # -- the stand-in: a whole training step ----------------------------------------------------------
-clrt = pytest.importorskip("riftco.backends.opencl.runtime", reason="pyopencl import failed")
-_devices, _why = clrt.enumerate_devices()
+try:  # the stand-in runs on OpenCL; the fake-metalcompute tests above run regardless
+    from riftco.backends.opencl import runtime as clrt
+
+    _devices, _why = clrt.enumerate_devices()
+except Exception as exc:  # pyopencl missing or broken
+    _devices, _why = [], f"pyopencl import failed: {exc}"
 
 
 @pytest.mark.skipif(not _devices, reason=f"the stand-in needs OpenCL: {_why}")
@@ -211,6 +215,9 @@ def test_metal_training_step_waits_on_the_host_once(attention, monkeypatch, regi
     loss = trainer.train_step()
     stats = backend.transfer_stats()
     assert np.isfinite(loss)
-    assert stats["uploads"] == 2 and stats["downloads"] == 1, stats
+    # downloads: the loss and, at the same sync, the 4-byte device status word
+    # (core/kernels/status.py: out-of-range ids in the embedding/cross-entropy kernels)
+    assert stats["uploads"] == 2 and stats["downloads"] == 2, stats
+    assert stats["download_bytes"] == 8, stats
     assert stats["drains"] == 1, stats  # the loss; the target upload mid-step did not wait
     assert stats["upload_waits_skipped"] >= 1, stats

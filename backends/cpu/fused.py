@@ -121,10 +121,13 @@ class FusedOps:
 
     def embedding_backward(self, dy: Tensor, ids: Tensor, num_embeddings: int) -> Tensor:
         c = dy.shape[-1]
-        out = np.zeros((num_embeddings, c), dtype=dy.dtype)
         # np.add.at applies updates in index order: deterministic, repeated ids accumulate.
-        np.add.at(out, _v(ids).reshape(-1), _v(dy).reshape(ids.size, c))
-        return self.result(out)
+        # A frequent id gathers up to B*T rows one by one, so float32 rows are added in
+        # float64 and rounded once (the result keeps dy's dtype).
+        out = np.zeros((num_embeddings, c), dtype=np.float64)
+        with np.errstate(invalid="ignore", over="ignore"):  # IEEE: inf + -inf = NaN
+            np.add.at(out, _v(ids).reshape(-1), _v(dy).reshape(ids.size, c))
+        return self.result(out, dy.dtype)
 
     def cross_entropy(self, logits: Tensor, targets: Tensor) -> tuple[Tensor, Tensor]:
         lv, t = _v(logits), _v(targets)

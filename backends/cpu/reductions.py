@@ -18,6 +18,14 @@ def pairwise_sum(x: np.ndarray, axes: Sequence[int], keepdims: bool = False) -> 
     """``x`` summed over ``axes`` (non-negative, distinct), in ``x``'s own dtype."""
     axes = tuple(axes)
     kept = tuple(d for i, d in enumerate(x.shape) if i not in axes)
+    if axes == tuple(range(x.ndim - len(axes), x.ndim)) and x.flags.c_contiguous:
+        # trailing axes of a C-contiguous array: one contiguous run per result element,
+        # which numpy itself sums pairwise
+        n = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
+        total = np.add.reduce(x.reshape((*kept, n)), axis=-1)
+        if keepdims:
+            total = total.reshape(tuple(1 if i in axes else d for i, d in enumerate(x.shape)))
+        return np.asarray(total, dtype=x.dtype)
     n = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
     rows = np.moveaxis(x, axes, tuple(range(len(axes)))).reshape((n, *kept))
     while len(rows) > 1:

@@ -6,9 +6,11 @@ own architecture; ``shaders/prelude.h`` picks its CUDA branch from ``__CUDACC_RT
 float32 and float64 (every CUDA GPU has doubles; consumer parts run them slowly), with
 int32 and int64 index tensors.
 
-Priority (for ``auto``): 30 when the driver reports a GPU and NVRTC can compile, so an
-NVIDIA machine runs riftco on its GPU; -1 elsewhere, with the reason in ``riftco
-backends``. The probe runs once, is bounded in time and never raises (``driver.probe``).
+Priority (for ``auto``): 30, above every other in-tree backend, so an NVIDIA machine runs
+riftco on its GPU. The priority is a constant: importing this module probes nothing (the
+registry probes lazily); ``is_available`` runs the probe once, bounded in time and never
+raising (``driver.probe``), and elsewhere reports why there is no GPU, so ``auto`` passes
+over it at the cost of one failed library load.
 
 Group size: 256 by default (lowered per kernel to what its registers allow);
 ``RIFTCO_CUDA_GROUP_SIZE`` or the ``group_size`` argument picks any multiple of 32 up to
@@ -44,13 +46,9 @@ def availability() -> tuple[bool, str]:
     return True, ""
 
 
-def _probe_priority() -> int:
-    return PRIORITY_WITH_GPU if availability()[0] else -1
-
-
 class CudaBackend(KernelBackend):
     name: ClassVar[str] = "cuda"
-    priority: ClassVar[int] = _probe_priority()
+    priority: ClassVar[int] = PRIORITY_WITH_GPU
     dtypes: ClassVar[frozenset[np.dtype]] = _DTYPES
 
     def __init__(self, device_index: int = 0, group_size: int | None = None) -> None:

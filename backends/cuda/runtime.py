@@ -112,7 +112,7 @@ class _Staging:
         self.base = int(
             check(drv, drv.cuMemHostAlloc(STAGE_CHUNK * STAGE_CHUNKS, 0), "cuMemHostAlloc")
         )
-        flags = drv.CUevent_flags.CU_EVENT_DISABLE_TIMING
+        flags = int(drv.CUevent_flags.CU_EVENT_DISABLE_TIMING)
         self.events = [
             check(drv, drv.cuEventCreate(flags), "cuEventCreate") for _ in range(STAGE_CHUNKS)
         ]
@@ -136,6 +136,10 @@ class _Staging:
         self.offset += -(-n // _STAGE_ALIGN) * _STAGE_ALIGN
 
 
+#: The device whose context this host thread last made current (contexts are per thread).
+_current = threading.local()
+
+
 class _Device:
     """Per-GPU state shared by every runtime of that GPU: context, stream, modules."""
 
@@ -143,11 +147,10 @@ class _Device:
         self.drv = drv
         self.props = props
         self.lock = threading.RLock()
-        self._local = threading.local()
         dev = check(drv, drv.cuDeviceGet(props.index), "cuDeviceGet")
         self.context = check(drv, drv.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
         self.make_current()
-        flags = drv.CUstream_flags.CU_STREAM_NON_BLOCKING
+        flags = int(drv.CUstream_flags.CU_STREAM_NON_BLOCKING)
         self.stream = check(drv, drv.cuStreamCreate(flags), "cuStreamCreate")
         self.pools = props.memory_pools
         if self.pools:
@@ -167,10 +170,10 @@ class _Device:
             pass
 
     def make_current(self) -> None:
-        if getattr(self._local, "current", False):
+        if getattr(_current, "device", None) is self:
             return
         check(self.drv, self.drv.cuCtxSetCurrent(self.context), "cuCtxSetCurrent")
-        self._local.current = True
+        _current.device = self
 
     def free(self, ptr: int) -> None:
         self.make_current()

@@ -11,7 +11,12 @@ Metal's rules as metalcompute applies them:
   the host: here it is derived from the function name (64 ... 1024) unless
   ``RIFTCO_STANDIN_GROUP_SIZE`` or ``Device(group_size=...)`` fixes it;
 - ``count`` threads are rounded up to whole groups; buffers bind in order at offset 0;
-- buffers are shared memory seen through the buffer protocol (``np.frombuffer``).
+- buffers are shared memory seen through the buffer protocol (``np.frombuffer``);
+- programs build with fast math, as metalcompute's always do (``fastMathEnabled``): the
+  OpenCL flags ``-cl-fast-relaxed-math -cl-finite-math-only`` let the compiler assume no
+  NaN or infinity, so a kernel that needs IEEE specials fails here first.
+  ``RIFTCO_FAST_MATH=0`` (or ``Device(fast_math=False)``) turns it off, to tell a
+  fast-math fault from a host-code one.
 
 Shared memory is emulated by copying: a run uploads every bound buffer's host bytes,
 launches, and reads them back, all on one in-order queue; deleting the handle waits. So
@@ -112,10 +117,13 @@ class Kernel:
 
 
 class Device:
-    def __init__(self, index: int = -1, group_size: int | None = None) -> None:
+    def __init__(
+        self, index: int = -1, group_size: int | None = None, fast_math: bool | None = None
+    ) -> None:
         if clrt.cl is None:
             raise error(clrt.IMPORT_ERROR)
-        self.runtime = clrt.OpenCLRuntime(max(index, 0))
+        fast = clrt.fast_math_from_env(default=True) if fast_math is None else fast_math
+        self.runtime = clrt.OpenCLRuntime(max(index, 0), fast_math=fast)
         env = os.environ.get(GROUP_ENV)
         self.group_size = group_size or (int(env) if env else None)
         if self.group_size is not None and self.group_size % 32:

@@ -1,41 +1,60 @@
-"""The native CPU backend: the numpy backend with fused ops in C and a steadier matmul.
+"""The native CPU backend: riftco's fast CPU backend, C kernels over numpy buffers.
 
-Storage, transfers and most primitives are inherited from :class:`CPUBackend`. What numpy
-does badly is the fused ops: each is a chain of full-size temporaries (GELU's tanh form
-makes seven), so here each is one multi-threaded, vectorised pass in C (``kernels.c``,
-built on first use by ``build.py``; AVX2 and AVX-512 clones picked at load time).
-
-2-D matmul keeps numpy's own OpenBLAS kernel but calls it single-threaded from each thread
-of our OpenMP team, one band of rows each (``blas.py`` says why: spinning BLAS threads
-made the step bimodal on a busy machine). Batched matmul stays numpy's.
+The numpy ``cpu`` backend is the readable reference; every speed measure lives here.
+Storage and transfers are the CPU backend's (flat numpy arrays), so the two exchange
+nothing but pointers. Fused ops are one multi-threaded, vectorised pass each in C
+(``kernels.c``, built on first use by ``build.py``; AVX2 and AVX-512 clones picked at
+load time); matmul, linear layers, elementwise arithmetic, leading-axis sums, strided
+copies and concatenation are in ``primitives.py``. Results come from a pool of recycled
+buffers (``pool.py``), so a training step does not page-fault its memory back in.
 
 Operands arrive as numpy-backed Tensors, possibly strided (``accepts_strided``): the
-attention kernels read the model's permuted q, k, v views in place through their strides;
-every other kernel gets a contiguous copy only when its input is a view.
-
-Deviation from the brief: no C elementwise primitive. Measured on the GPT step, the
-remaining primitives (bias adds, bias-gradient sums, concatenations, strided copies) take
-about 10% of the time and numpy's ufuncs are already vectorised single passes; what is left
-is BLAS matmul (~60%) and per-op Python in core (~6-9%), which C primitives do not change.
+attention kernels read the model's permuted q, k, v views in place through their strides,
+matmul reads transposed and column-sliced views in place; other kernels get a contiguous
+copy only when their input is a view.
 """
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Any, ClassVar
 
 import numpy as np
 from riftco.backend import DeviceInfo
 from riftco.backends.cpu.backend import CPUBackend, view
-from riftco.tensor import Tensor
+from riftco.tensor import Storage, Tensor, dense_strides
 
 from . import blas, build
+from .pool import MIN_BYTES, BufferPool
+from .primitives import NativePrimitives
+
+#: Bytes of freed result buffers kept for reuse (``RIFTCO_NATIVE_POOL_MB`` overrides).
+POOL_LIMIT = int(os.environ.get("RIFTCO_NATIVE_POOL_MB", "256")) << 20
 
 _SUFFIX = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
 _CTYPE = {np.dtype(np.float32): "float[]", np.dtype(np.float64): "double[]"}
 
 
-class NativeBackend(CPUBackend):
+class _SingleThreadedBlas:
+    """Context: OpenBLAS on one thread while our OpenMP team calls it (see blas.py)."""
+
+    def __init__(self, found: blas.Blas | None) -> None:
+        self._blas = found
+        self._prev = 1
+
+    def __enter__(self) -> None:
+        if self._blas is not None:
+            self._prev = self._blas.get_threads()
+            if self._prev != 1:
+                self._blas.set_threads(1)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._blas is not None and self._prev != 1:
+            self._blas.set_threads(self._prev)
+
+
+class NativeBackend(NativePrimitives, CPUBackend):
     name: ClassVar[str] = "native"
     priority: ClassVar[int] = 5
 
@@ -45,7 +64,13 @@ class NativeBackend(CPUBackend):
         self._lib, self._ffi = mod.lib, mod.ffi
         found = None if os.environ.get("RIFTCO_NATIVE_MATMUL") == "numpy" else blas.find()
         self._blas = found
-        self._gemm = {}
+        self._blas_guard = _SingleThreadedBlas(found)
+        self._pool = BufferPool(POOL_LIMIT)
+        # the exact path a result's buffer takes when its last view dies
+        self._pool.calibrate(lambda buf: Storage(buf, buf.size, self._release))
+        self._allocated = self._peak = 0  # the probe was never a tensor
+        self._fns: dict[tuple[str, np.dtype], Any] = {}
+        self._gemm: dict[np.dtype, Any] = {}
         if found is not None:
             self._gemm = {
                 np.dtype(np.float32): self._ffi.cast("void *", found.sgemm),
@@ -76,7 +101,10 @@ class NativeBackend(CPUBackend):
 
     # -- pointers ---------------------------------------------------------------------------
     def _fn(self, op: str, dtype: np.dtype) -> Any:
-        return getattr(self._lib, f"{op}_{_SUFFIX[dtype]}")
+        fn = self._fns.get((op, dtype))
+        if fn is None:
+            fn = self._fns[op, dtype] = getattr(self._lib, f"{op}_{_SUFFIX[dtype]}")
+        return fn
 
     def _ptr(self, arr: np.ndarray, offset: int = 0) -> Any:
         """Pointer to element ``offset`` of a C-contiguous (flat storage) numpy array."""
@@ -101,9 +129,65 @@ class NativeBackend(CPUBackend):
         arr = np.ascontiguousarray(view(ids), dtype=np.int64).reshape(-1)
         return self._ffi.from_buffer("int64_t[]", arr)
 
-    def _new(self, shape: tuple[int, ...], dtype: np.dtype) -> tuple[np.ndarray, Any]:
-        arr = np.empty(shape, dtype=dtype)
-        return arr, self._ptr(arr.reshape(-1))
+    def _out(self, shape: tuple[int, ...], dtype: np.dtype) -> tuple[Tensor, Any]:
+        """A new dense result tensor (a recycled buffer when one fits) and its pointer.
+
+        The tensor exists before the kernel runs, so a kernel that fails leaves nothing
+        behind but a buffer that goes back to the pool."""
+        n = math.prod(shape)
+        flat = self._pool.take(dtype, n)
+        allocated = self._allocated + flat.nbytes
+        self._allocated = allocated
+        if allocated > self._peak:
+            self._peak = allocated
+        tensor = Tensor(
+            self, Storage(flat, n, self._release), shape, dense_strides(shape), 0, dtype
+        )
+        return tensor, self._ffi.from_buffer(_CTYPE[dtype], flat)
+
+    def result(self, array: Any, dtype: np.dtype | None = None) -> Tensor:
+        """Wrap a numpy result (of an op inherited from the CPU backend) as a tensor: the
+        CPU backend's logic with the common case (a fresh, C-contiguous ndarray of the
+        right dtype) first, since tiny ops spend a third of their time here."""
+        arr = array
+        if (
+            type(arr) is not np.ndarray
+            or (dtype is not None and arr.dtype != dtype)
+            or not arr.flags.c_contiguous
+        ):
+            arr = np.asarray(arr, dtype=dtype, order="C")
+        if arr.base is not None:  # a view of some input: never alias another tensor's buffer
+            arr = arr.copy()
+        flat = arr if arr.ndim == 1 else arr.reshape(-1)
+        allocated = self._allocated + flat.nbytes
+        self._allocated = allocated
+        if allocated > self._peak:
+            self._peak = allocated
+        shape = arr.shape
+        storage = Storage(flat, flat.size, self._release)
+        return Tensor(self, storage, shape, dense_strides(shape), 0, arr.dtype)
+
+    def _release(self, buffer: np.ndarray) -> None:
+        nbytes = buffer.nbytes
+        self._allocated -= nbytes
+        if nbytes >= MIN_BYTES:
+            self._pool.give(buffer)
+
+    def _single_blas(self) -> _SingleThreadedBlas:
+        return self._blas_guard
+
+    # -- allocation -------------------------------------------------------------------------
+    def allocate(self, shape: tuple[int, ...], dtype: np.dtype) -> Tensor:
+        if np.dtype(dtype) in self._gemm_dtypes:
+            return self._out(tuple(shape), np.dtype(dtype))[0]
+        return super().allocate(shape, dtype)
+
+    def memory_stats(self) -> dict[str, int]:
+        return {**super().memory_stats(), "pooled_bytes": self._pool.held}
+
+    def empty_cache(self) -> None:
+        """Drop the recycled buffers (their memory goes back to the allocator)."""
+        self._pool.clear()
 
     @staticmethod
     def _rows(x: Tensor) -> tuple[int, int]:
@@ -116,119 +200,86 @@ class NativeBackend(CPUBackend):
         if status != 0:
             raise MemoryError(f"[{op}] the native kernel could not allocate its scratch memory")
 
-    # -- matmul -------------------------------------------------------------------------------
-    def matmul(self, a: Tensor, b: Tensor, transpose_a: bool, transpose_b: bool) -> Tensor:
-        """2-D products in bands of rows, one single-threaded BLAS call per OpenMP thread
-        (see ``blas.py`` for why); batched products keep numpy's matmul."""
-        gemm = self._gemm.get(a.dtype)
-        if gemm is None or a.ndim != 2 or 0 in a.shape or 0 in b.shape:
-            return super().matmul(a, b, transpose_a, transpose_b)
-        m, k = (a.shape[1], a.shape[0]) if transpose_a else a.shape
-        n = b.shape[0] if transpose_b else b.shape[1]
-        out, op = self._new((m, n), a.dtype)
-        ap, bp = self._in(a), self._in(b)
-        fn = self._fn("blas_matmul", a.dtype)
-        assert self._blas is not None  # a gemm exists only where the BLAS loaded
-        prev = self._blas.get_threads()
-        self._blas.set_threads(1)
-        try:
-            fn(
-                gemm,
-                int(transpose_a),
-                int(transpose_b),
-                m,
-                n,
-                k,
-                ap,
-                a.shape[1],
-                bp,
-                b.shape[1],
-                op,
-                n,
-            )
-        finally:
-            self._blas.set_threads(prev)
-        return self.result(out)
-
     # -- elementwise fused ----------------------------------------------------------------------
     def gelu(self, x: Tensor, approximate: str) -> Tensor:
-        y, yp = self._new(x.shape, x.dtype)
+        y, yp = self._out(x.shape, x.dtype)
         self._fn("gelu", x.dtype)(self._in(x), yp, x.size, int(approximate == "tanh"))
-        return self.result(y)
+        return y
 
     def gelu_backward(self, dy: Tensor, x: Tensor, approximate: str) -> Tensor:
-        dx, p = self._new(x.shape, x.dtype)
+        dx, p = self._out(x.shape, x.dtype)
         fn = self._fn("gelu_backward", x.dtype)
         fn(self._in(dy), self._in(x), p, x.size, int(approximate == "tanh"))
-        return self.result(dx)
+        return dx
 
     def softmax(self, x: Tensor) -> Tensor:
-        y, p = self._new(x.shape, x.dtype)
+        y, p = self._out(x.shape, x.dtype)
         rows, cols = self._rows(x)
         self._fn("softmax", x.dtype)(self._in(x), p, rows, cols)
-        return self.result(y)
+        return y
 
     def softmax_backward(self, dy: Tensor, y: Tensor) -> Tensor:
-        dx, p = self._new(y.shape, y.dtype)
+        dx, p = self._out(y.shape, y.dtype)
         rows, cols = self._rows(y)
         self._fn("softmax_backward", y.dtype)(self._in(dy), self._in(y), p, rows, cols)
-        return self.result(dx)
+        return dx
 
     def layer_norm(
         self, x: Tensor, gamma: Tensor, beta: Tensor, eps: float
     ) -> tuple[Tensor, Tensor, Tensor]:
         dt, (rows, cols) = x.dtype, self._rows(x)
-        y, yp = self._new(x.shape, dt)
-        mean, mp = self._new(x.shape[:-1], dt)
-        rstd, rp = self._new(x.shape[:-1], dt)
+        y, yp = self._out(x.shape, dt)
+        mean, mp = self._out(x.shape[:-1], dt)
+        rstd, rp = self._out(x.shape[:-1], dt)
         fn = self._fn("layer_norm", dt)
         fn(self._in(x), self._in(gamma), self._in(beta), yp, mp, rp, rows, cols, eps)
-        return self.result(y), self.result(mean), self.result(rstd)
+        return y, mean, rstd
 
     def layer_norm_backward(
         self, dy: Tensor, x: Tensor, gamma: Tensor, mean: Tensor, rstd: Tensor
     ) -> tuple[Tensor, Tensor, Tensor]:
         dt, (rows, cols) = x.dtype, self._rows(x)
-        dx, dxp = self._new(x.shape, dt)
-        dg, dgp = self._new((cols,), dt)
-        db, dbp = self._new((cols,), dt)
+        dx, dxp = self._out(x.shape, dt)
+        dg, dgp = self._out((cols,), dt)
+        db, dbp = self._out((cols,), dt)
         args = (self._in(dy), self._in(x), self._in(gamma), self._in(mean), self._in(rstd))
         self._check(
             self._fn("layer_norm_backward", dt)(*args, dxp, dgp, dbp, rows, cols),
             "layer_norm_backward",
         )
-        return self.result(dx), self.result(dg), self.result(db)
+        return dx, dg, db
 
     # -- embedding and cross-entropy --------------------------------------------------------
     def embedding(self, table: Tensor, ids: Tensor) -> Tensor:
         cols = table.shape[1]
-        out, p = self._new((*ids.shape, cols), table.dtype)
+        out, p = self._out((*ids.shape, cols), table.dtype)
         self._fn("embedding", table.dtype)(self._in(table), self._ids(ids), p, ids.size, cols)
-        return self.result(out)
+        return out
 
     def embedding_backward(self, dy: Tensor, ids: Tensor, num_embeddings: int) -> Tensor:
         cols = dy.shape[-1]
-        out, p = self._new((num_embeddings, cols), dy.dtype)
+        out, p = self._out((num_embeddings, cols), dy.dtype)
         fn = self._fn("embedding_backward", dy.dtype)
-        fn(self._in(dy), self._ids(ids), p, ids.size, num_embeddings, cols)
-        return self.result(out)
+        status = fn(self._in(dy), self._ids(ids), p, ids.size, num_embeddings, cols)
+        self._check(status, "embedding_backward")
+        return out
 
     def cross_entropy(self, logits: Tensor, targets: Tensor) -> tuple[Tensor, Tensor]:
         n, v = logits.shape
-        loss, lp = self._new((n,), logits.dtype)
-        lse, sp = self._new((n,), logits.dtype)
+        loss, lp = self._out((n,), logits.dtype)
+        lse, sp = self._out((n,), logits.dtype)
         self._fn("cross_entropy", logits.dtype)(self._in(logits), self._ids(targets), lp, sp, n, v)
-        return self.result(loss), self.result(lse)
+        return loss, lse
 
     def cross_entropy_backward(
         self, dloss: Tensor, logits: Tensor, targets: Tensor, lse: Tensor
     ) -> Tensor:
         n, v = logits.shape
-        g, gp = self._new((n, v), logits.dtype)
+        g, gp = self._out((n, v), logits.dtype)
         dp = self._ptr(dloss.storage.buffer, dloss.offset)  # 1-D, any stride (often 0)
         fn = self._fn("cross_entropy_backward", logits.dtype)
         fn(dp, dloss.strides[0], self._in(logits), self._ids(targets), self._in(lse), gp, n, v)
-        return self.result(g)
+        return g
 
     # -- attention ------------------------------------------------------------------------------
     def _views(self, *xs: Tensor) -> tuple[list[Any], Any]:
@@ -247,11 +298,11 @@ class NativeBackend(CPUBackend):
         (``probs`` or ``lse``); only the statistic's shape differs."""
         b, h, t, d = q.shape
         (qp, kp, vp), st = self._views(q, k, v)
-        out, outp = self._new(q.shape, q.dtype)
-        stat, sp = self._new(stat_shape, q.dtype)
+        out, outp = self._out(q.shape, q.dtype)
+        stat, sp = self._out(stat_shape, q.dtype)
         status = self._fn(op, q.dtype)(qp, kp, vp, st, outp, sp, b, h, t, d, scale, int(causal))
         self._check(status, op)
-        return self.result(out), self.result(stat)
+        return out, stat
 
     def attention(
         self, q: Tensor, k: Tensor, v: Tensor, scale: float, causal: bool
@@ -264,14 +315,14 @@ class NativeBackend(CPUBackend):
     ) -> tuple[Tensor, Tensor, Tensor]:
         b, h, t, d = q.shape
         (dop, qp, kp, vp), st = self._views(dout, q, k, v)
-        dq, dqp = self._new(q.shape, q.dtype)
-        dk, dkp = self._new(q.shape, q.dtype)
-        dv, dvp = self._new(q.shape, q.dtype)
+        dq, dqp = self._out(q.shape, q.dtype)
+        dk, dkp = self._out(q.shape, q.dtype)
+        dv, dvp = self._out(q.shape, q.dtype)
         status = self._fn("attention_backward", q.dtype)(
             dop, qp, kp, vp, st, self._in(probs), dqp, dkp, dvp, b, h, t, d, scale
         )
         self._check(status, "attention_backward")
-        return self.result(dq), self.result(dk), self.result(dv)
+        return dq, dk, dv
 
     def flash_attention(
         self, q: Tensor, k: Tensor, v: Tensor, scale: float, causal: bool
@@ -291,14 +342,14 @@ class NativeBackend(CPUBackend):
     ) -> tuple[Tensor, Tensor, Tensor]:
         b, h, t, d = q.shape
         (dop, qp, kp, vp, op), st = self._views(dout, q, k, v, out)
-        dq, dqp = self._new(q.shape, q.dtype)
-        dk, dkp = self._new(q.shape, q.dtype)
-        dv, dvp = self._new(q.shape, q.dtype)
+        dq, dqp = self._out(q.shape, q.dtype)
+        dk, dkp = self._out(q.shape, q.dtype)
+        dv, dvp = self._out(q.shape, q.dtype)
         status = self._fn("flash_attention_backward", q.dtype)(
             dop, qp, kp, vp, op, st, self._in(lse), dqp, dkp, dvp, b, h, t, d, scale, int(causal)
         )
         self._check(status, "flash_attention_backward")
-        return self.result(dq), self.result(dk), self.result(dv)
+        return dq, dk, dv
 
     # -- optimizer ------------------------------------------------------------------------------
     def adam_update(

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 _HERE = Path(__file__).resolve().parent
-SOURCES = ("kernels.c", "kernels_attention.c")
+SOURCES = ("kernels.c", "kernels_blas.c", "kernels_layout.c", "kernels_attention.c")
 #: -fno-math-errno lets sqrt vectorise and -fno-trapping-math lets GCC if-convert the
 #: branch-free exp (selects instead of jumps); neither changes a result (Python never
 #: unmasks FP traps). No -march (clones instead, see kernels.c), no -ffast-math.
@@ -42,8 +42,8 @@ void layer_norm_{s}({t} *x, {t} *g, {t} *b, {t} *y, {t} *mean, {t} *rstd, int64_
 int layer_norm_backward_{s}({t} *dy, {t} *x, {t} *g, {t} *mean, {t} *rstd, {t} *dx, {t} *dg,
                             {t} *db, int64_t rows, int64_t cols);
 void embedding_{s}({t} *table, int64_t *ids, {t} *out, int64_t n, int64_t cols);
-void embedding_backward_{s}({t} *dy, int64_t *ids, {t} *out, int64_t n, int64_t V,
-                            int64_t cols);
+int embedding_backward_{s}({t} *dy, int64_t *ids, {t} *out, int64_t n, int64_t V,
+                           int64_t cols);
 void cross_entropy_{s}({t} *logits, int64_t *t, {t} *loss, {t} *lse, int64_t n, int64_t V);
 void cross_entropy_backward_{s}({t} *dloss, int64_t dloss_stride, {t} *logits, int64_t *t,
                                 {t} *lse, {t} *dl, int64_t n, int64_t V);
@@ -57,7 +57,19 @@ int attention_backward_{s}({t} *dout, {t} *q, {t} *k, {t} *v, int64_t *st, {t} *
 int flash_attention_{s}({t} *q, {t} *k, {t} *v, int64_t *st, {t} *out, {t} *lse, int64_t B,
                         int64_t H, int64_t T, int64_t D, double scale, int causal);
 void blas_matmul_{s}(void *fn, int ta, int tb, int64_t M, int64_t N, int64_t K, {t} *A,
-                     int64_t lda, {t} *B, int64_t ldb, {t} *C, int64_t ldc);
+                     int64_t lda, {t} *B, int64_t ldb, {t} *C, int64_t ldc, {t} *bias);
+void blas_matmul_batched_{s}(void *fn, int ta, int tb, int64_t batch, int64_t M, int64_t N,
+                             int64_t K, {t} *A, int64_t *aoff, int64_t lda, {t} *B,
+                             int64_t *boff, int64_t ldb, {t} *C);
+int colsum_{s}({t} *x, int64_t rows, int64_t cols, int64_t ld, {t} *out);
+int linear_backward_{s}(void *fn, int64_t M, int64_t N, int64_t K, {t} *X, int64_t ldx,
+                         {t} *W, int64_t ldw, {t} *dY, int64_t ldy, {t} *dX, {t} *dW, {t} *db);
+void binary_{s}(int op, {t} *a, int64_t sa, {t} *b, int64_t sb, {t} *out, int64_t rows,
+                int64_t cols);
+void copy_view_{s}({t} *x, int64_t *shape, int64_t *st, {t} *out);
+void concat_cols_{s}(int64_t n, {t} **src, int64_t *width, int64_t *ld, {t} *out, int64_t rows,
+                     int64_t total);
+void split_cols_{s}({t} *x, int64_t ldx, int64_t rows, int64_t n, int64_t *width, {t} **dst);
 int flash_attention_backward_{s}({t} *dout, {t} *q, {t} *k, {t} *v, {t} *out, int64_t *st,
                                  {t} *lse, {t} *dq, {t} *dk, {t} *dv, int64_t B, int64_t H,
                                  int64_t T, int64_t D, double scale, int causal);

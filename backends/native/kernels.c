@@ -43,7 +43,8 @@
 #define RIFT_PAR_MIN 65536
 #define RIFT_PAR_ROWS (1 << 19)
 #define RIFT_CHUNK 8192
-/* Rows per partial sum of LayerNorm dgamma/dbeta: fixed, so the order is thread-free. */
+/* Rows per partial sum of LayerNorm dgamma/dbeta: fixed, so the order is thread-free;
+ * the partials are then summed pairwise (colsum), so the error grows like log(rows). */
 #define RIFT_LN_ROWS 64
 /* Keys per block of the flash kernels (the CPU reference uses the same block). */
 #define RIFT_FLASH_BLOCK 64
@@ -116,6 +117,8 @@ static void *rift_alloc(size_t bytes) {
 
 #define T RIFT_T
 #define F(name) RIFT_SFX(name)
+
+#include "kernels_blas.c" /* first: LayerNorm's backward sums its partials with colsum */
 
 /* -- GELU --------------------------------------------------------------------------- */
 /* tanh form as x * sigmoid(2u): 0.5(1 + tanh u) = sigmoid(2u) exactly, and the sigmoid
@@ -260,16 +263,6 @@ RIFT_CLONES static void F(ln_bwd_rows)(const T *dy, const T *x, const T *g, cons
     }
 }
 
-RIFT_CLONES static void F(sum_blocks)(const T *part, T *out, int64_t blocks, int64_t stride,
-                                      int64_t lo, int64_t hi) {
-    for (int64_t j = lo; j < hi; j++) out[j] = 0;
-    for (int64_t k = 0; k < blocks; k++) {
-        const T *p = part + k * stride;
-        RIFT_SIMD
-        for (int64_t j = lo; j < hi; j++) out[j] += p[j];
-    }
-}
-
 /* Returns 0, or -1 when scratch memory could not be allocated. */
 int F(layer_norm_backward)(const T *dy, const T *x, const T *g, const T *mean, const T *rstd,
                            T *dx, T *dg, T *db, int64_t rows, int64_t cols) {
@@ -284,10 +277,10 @@ int F(layer_norm_backward)(const T *dy, const T *x, const T *g, const T *mean, c
         F(ln_bwd_rows)(dy, x, g, mean, rstd, dx, part + 2 * k * cols, part + (2 * k + 1) * cols,
                        lo, hi, cols);
     }
-    F(sum_blocks)(part, dg, blocks, 2 * cols, 0, cols);
-    F(sum_blocks)(part + cols, db, blocks, 2 * cols, 0, cols);
+    int status = F(colsum)(part, blocks, cols, 2 * cols, dg); /* pairwise over the blocks */
+    status |= F(colsum)(part + cols, blocks, cols, 2 * cols, db);
     free(part);
-    return 0;
+    return status;
 }
 
 /* -- embedding ---------------------------------------------------------------------- */
@@ -298,25 +291,40 @@ void F(embedding)(const T *table, const int64_t *ids, T *out, int64_t n, int64_t
 }
 
 /* Each thread owns a range of columns and walks the ids in order: no races, and every
- * output element sums its rows in index order whatever the thread count. */
-RIFT_CLONES static void F(emb_bwd_cols)(const T *dy, const int64_t *ids, T *out, int64_t n,
-                                        int64_t cols, int64_t lo, int64_t hi) {
+ * output element sums its rows in index order whatever the thread count. The sums are
+ * compensated (Kahan): a frequent id in a long batch gathers 10^5-10^6 rows, where plain
+ * float32 addition drifts by ~1e-5 relative. A compensation that is not finite (the sum
+ * reached inf or NaN) is dropped, so IEEE results stay IEEE (inf stays inf). */
+RIFT_CLONES static void F(emb_bwd_cols)(const T *dy, const int64_t *ids, T *out, T *comp,
+                                        int64_t n, int64_t cols, int64_t lo, int64_t hi) {
+    const T big = sizeof(T) == 4 ? (T)3.4028234663852886e38 : (T)1.7976931348623157e308;
     for (int64_t i = 0; i < n; i++) {
         const T *d = dy + i * cols;
-        T *o = out + ids[i] * cols;
+        T *o = out + ids[i] * cols, *c = comp + ids[i] * cols;
         RIFT_SIMD
-        for (int64_t j = lo; j < hi; j++) o[j] += d[j];
+        for (int64_t j = lo; j < hi; j++) {
+            T y = d[j] - c[j];
+            T t = o[j] + y;
+            T e = (t - o[j]) - y;
+            c[j] = (e >= -big && e <= big) ? e : (T)0;
+            o[j] = t;
+        }
     }
 }
 
-void F(embedding_backward)(const T *dy, const int64_t *ids, T *out, int64_t n, int64_t V,
-                           int64_t cols) {
+/* Returns 0, or -1 when the compensation buffer could not be allocated. */
+int F(embedding_backward)(const T *dy, const int64_t *ids, T *out, int64_t n, int64_t V,
+                          int64_t cols) {
     memset(out, 0, sizeof(T) * (size_t)(V * cols));
+    T *comp = (T *)calloc((size_t)(V * cols > 0 ? V * cols : 1), sizeof(T));
+    if (!comp) return -1;
     int64_t parts = cols >= 64 ? cols / 32 : 1;
     if (parts > 64) parts = 64;
     RIFT_PRAGMA(omp parallel for schedule(static) if (n * cols > RIFT_PAR_ROWS))
     for (int64_t p = 0; p < parts; p++)
-        F(emb_bwd_cols)(dy, ids, out, n, cols, p * cols / parts, (p + 1) * cols / parts);
+        F(emb_bwd_cols)(dy, ids, out, comp, n, cols, p * cols / parts, (p + 1) * cols / parts);
+    free(comp);
+    return 0;
 }
 
 /* -- cross-entropy ------------------------------------------------------------------ */
@@ -385,29 +393,7 @@ void F(adam_update)(T *p, const T *g, T *m, T *v, int64_t n, double lr, double b
     }
 }
 
-/* -- matmul through the host BLAS, split over our threads --------------------------- */
-/* `fn` is a cblas_?gemm with 64-bit integers (numpy's bundled OpenBLAS), which the caller
- * runs single-threaded: each OpenMP thread computes a band of output rows with one call.
- * Our team sleeps when idle (OMP_WAIT_POLICY=passive), where BLAS threads spin, so on a
- * busy machine a band that loses its core delays only itself. */
-typedef void (*F(cblas_gemm_t))(int, int, int, int64_t, int64_t, int64_t, T, const T *, int64_t,
-                                const T *, int64_t, T, T *, int64_t);
-
-void F(blas_matmul)(void *fn, int ta, int tb, int64_t M, int64_t N, int64_t K, const T *A,
-                    int64_t lda, const T *B, int64_t ldb, T *C, int64_t ldc) {
-    F(cblas_gemm_t) gemm = (F(cblas_gemm_t))fn;
-    int64_t bands = rift_num_threads();
-    if (M * N * K < 4 * 65536 || M < 32) bands = 1;
-    if (bands > M / 16) bands = M / 16 > 0 ? M / 16 : 1;
-    RIFT_PRAGMA(omp parallel for schedule(static) if (bands > 1))
-    for (int64_t c = 0; c < bands; c++) {
-        int64_t lo = M * c / bands, hi = M * (c + 1) / bands;
-        const T *a = ta ? A + lo : A + lo * lda; /* op(A) row i is column i of a stored A^T */
-        gemm(101, ta ? 112 : 111, tb ? 112 : 111, hi - lo, N, K, (T)1, a, lda, B, ldb, (T)0,
-             C + lo * ldc, ldc);
-    }
-}
-
+#include "kernels_layout.c"
 #include "kernels_attention.c"
 
 #undef T

@@ -13,6 +13,10 @@ The priority is computed once, when the class is created, by a probe that never 
 Group size: 256 (or the device maximum if lower) by default; ``RIFTCO_OPENCL_GROUP_SIZE``
 or the ``group_size`` constructor argument picks any multiple of 32 up to 1024, so tests
 can imitate the irregular group sizes Metal chooses (96, 352, ...).
+
+Fast math: off by default (OpenCL is IEEE unless asked); ``RIFTCO_FAST_MATH=1`` or
+``fast_math=True`` builds every program with ``-cl-fast-relaxed-math -cl-finite-math-only``,
+as Metal compiles by default, so CI can prove the kernels do not rely on IEEE specials.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import numpy as np
 from riftco.backend import DeviceInfo
 from riftco.kernels.backend import KernelBackend
 
+from . import pocl
 from . import runtime as rt
 
 _BASE_DTYPES = (np.dtype(np.float32), np.dtype(np.int32), np.dtype(np.int64))
@@ -48,15 +53,18 @@ class OpenCLBackend(KernelBackend):
     priority: ClassVar[int] = _PRIORITY
     dtypes: ClassVar[frozenset[np.dtype]] = _DTYPES
 
-    def __init__(self, device_index: int = 0, group_size: int | None = None) -> None:
+    def __init__(
+        self, device_index: int = 0, group_size: int | None = None, fast_math: bool | None = None
+    ) -> None:
         self._group_size = group_size
+        self._fast_math = fast_math
         super().__init__(device_index)
         device = self.runtime.device  # type: ignore[attr-defined]
         fp64 = (np.dtype(np.float64),) if rt.has_fp64(device) else ()
         self.dtypes = frozenset(_BASE_DTYPES + fp64)  # type: ignore[misc]  # per device
 
     def make_runtime(self, device_index: int) -> rt.OpenCLRuntime:
-        return rt.OpenCLRuntime(device_index, self._group_size)
+        return rt.OpenCLRuntime(device_index, self._group_size, self._fast_math)
 
     @classmethod
     def is_available(cls) -> tuple[bool, str]:
@@ -80,6 +88,7 @@ class OpenCLBackend(KernelBackend):
                 "max_group_size": int(d.max_work_group_size),
                 "compute_units": int(d.max_compute_units),
                 "global_mem_bytes": int(d.global_mem_size),
+                **pocl.details(d),  # which PoCL and LLVM, compiling for which CPU
             }
             out.append(DeviceInfo(i, d.name.strip(), tuple(sorted(dts)), details))
         return out

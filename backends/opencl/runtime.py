@@ -21,6 +21,8 @@ from typing import Any
 import numpy as np
 from riftco.errors import BackendUnavailableError, KernelCompileError
 
+from .pocl import cpu_rank
+
 try:  # pyopencl is optional: the backend reports itself unavailable without it
     import pyopencl as cl
 except Exception as exc:  # pragma: no cover - depends on the environment
@@ -33,6 +35,12 @@ else:
 MAX_GROUP = 1024
 DEFAULT_GROUP = 256
 GROUP_ENV = "RIFTCO_OPENCL_GROUP_SIZE"
+FAST_MATH_ENV = "RIFTCO_FAST_MATH"
+#: Metal compiles with fast math unless told otherwise; these make an OpenCL compiler
+#: assume the same (no NaN or infinity, reassociation, relaxed builtins), so a kernel that
+#: only works with IEEE specials fails on Linux first. PoCL (clang) honours them: it folds
+#: ``x != x`` to false under either flag (checked in tests/test_kernel_specials.py).
+FAST_MATH_OPTIONS = ("-cl-fast-relaxed-math", "-cl-finite-math-only")
 
 
 _PROBE_SOURCE = "__kernel void riftco_probe(__global float* x) { x[get_global_id(0)] = 1.0f; }"
@@ -40,7 +48,9 @@ _PROBE_SOURCE = "__kernel void riftco_probe(__global float* x) { x[get_global_id
 
 @functools.lru_cache(maxsize=1)
 def enumerate_devices() -> tuple[list[Any], str]:
-    """``(devices, error)``: every usable OpenCL device, GPUs first; ``error`` when none.
+    """``(devices, error)``: every usable OpenCL device, GPUs first, then CPU devices
+    ranked by :func:`pocl.cpu_rank` (vendor runtimes, then the newest PoCL and LLVM);
+    ``error`` when none.
 
     Each device must build a one-line probe kernel: an ICD whose compiler cannot target
     this CPU (PoCL built on an LLVM too old for the host reports "unknown target CPU
@@ -70,7 +80,8 @@ def enumerate_devices() -> tuple[list[Any], str]:
         detail = "; ".join(f"{k}: {v}" for k, v in BROKEN.items())
         return [], "no usable OpenCL device" + (f" ({detail})" if detail else "")
     gpu = [d for d in found if not d.type & cl.device_type.CPU]
-    cpu = [d for d in found if d.type & cl.device_type.CPU]
+    # the same CPU may come twice (Debian's PoCL and the pip wheel's): best first (pocl.py)
+    cpu = sorted((d for d in found if d.type & cl.device_type.CPU), key=cpu_rank)
     return gpu + cpu, ""
 
 
@@ -93,6 +104,21 @@ def is_gpu(device: Any) -> bool:
 
 def has_fp64(device: Any) -> bool:
     return "cl_khr_fp64" in device.extensions.split()
+
+
+def fast_math_from_env(default: bool = False) -> bool:
+    """``RIFTCO_FAST_MATH``: 1/true/yes/on turns fast math on, 0/false/no/off off, unset
+    (or empty) leaves ``default``; anything else is an error naming the variable."""
+    raw = os.environ.get(FAST_MATH_ENV, "").strip().lower()
+    if not raw:
+        return default
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    if raw in ("0", "false", "no", "off"):
+        return False
+    raise BackendUnavailableError(
+        f"[opencl] {FAST_MATH_ENV}={os.environ[FAST_MATH_ENV]!r} must be 1 or 0 (true/false)"
+    )
 
 
 def group_size_for(device: Any, requested: int | None = None) -> int:
@@ -118,7 +144,7 @@ def group_size_for(device: Any, requested: int | None = None) -> int:
 
 _shared_lock = threading.Lock()
 _contexts: dict[int, tuple[Any, Any]] = {}
-_programs: dict[tuple[int, str], Any] = {}
+_programs: dict[tuple[int, str, bool], Any] = {}
 
 
 def _context(index: int, device: Any) -> tuple[Any, Any]:
@@ -152,7 +178,9 @@ class OpenCLProgram:
 class OpenCLRuntime:
     """Implements ``riftco.kernels.runtime.Runtime`` on one OpenCL device."""
 
-    def __init__(self, index: int, group_size: int | None = None) -> None:
+    def __init__(
+        self, index: int, group_size: int | None = None, fast_math: bool | None = None
+    ) -> None:
         devices, error = enumerate_devices()
         if error or not 0 <= index < len(devices):
             raise BackendUnavailableError(f"[opencl] no device {index}: {error or 'out of range'}")
@@ -161,6 +189,8 @@ class OpenCLRuntime:
         self.device_name = self.device.name.strip()
         self.context, self.queue = _context(index, self.device)
         self.group_size = group_size_for(self.device, group_size)
+        #: Build with FAST_MATH_OPTIONS (argument, else RIFTCO_FAST_MATH, else off).
+        self.fast_math = fast_math_from_env() if fast_math is None else bool(fast_math)
         self._kernel_groups: dict[int, int] = {}
         #: CPU devices get kernels shaped for caches and SIMD rather than for threadgroups
         #: (matmul_panel); a plain attribute so tests can force the GPU path on PoCL.
@@ -193,12 +223,13 @@ class OpenCLRuntime:
         return cl.Buffer(self.context, flags, hostbuf=np.frombuffer(data, dtype=np.uint8))
 
     def compile(self, source: str, name: str) -> OpenCLProgram:
-        key = (self.index, source)
+        key = (self.index, source, self.fast_math)
         with _shared_lock:
             program = _programs.get(key)
         if program is None:
             try:
-                program = cl.Program(self.context, source).build(options=["-cl-std=CL1.2"])
+                options = ["-cl-std=CL1.2", *(FAST_MATH_OPTIONS if self.fast_math else ())]
+                program = cl.Program(self.context, source).build(options=options)
             except cl.Error as exc:  # RuntimeError subclass carrying the build log
                 raise KernelCompileError(
                     f"[compile] {name} failed to build on {self.device_name}:\n{exc}"

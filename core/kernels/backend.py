@@ -9,7 +9,9 @@ kernel signature lists them: the tensors' buffers, then an int32 parameter buffe
 ``ints`` is given), then a parameter buffer of the element type (when ``floats`` is
 given). metalcompute has no scalar arguments, so every size and constant travels this way
 on every runtime. Launches are asynchronous; only ``to_numpy`` (hence ``item``) and
-``synchronize`` wait for the device.
+``synchronize`` wait for the device. Index-taking kernels also get the device status buffer
+(``status=(op, bound)``, bound after the tensors); those sync points read it when such a
+kernel ran since the last read and raise the deferred DomainError (``status.py``).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..backend import BackendBase
-from ..errors import DTypeError
+from ..errors import DTypeError, ShapeError
 from ..tensor import Tensor
 from .allocator import CachingAllocator
 from .fused import FusedKernels
@@ -31,11 +33,15 @@ from .layout import collapse
 from .primitives import PrimitiveKernels
 from .runtime import Program, Runtime
 from .sources import program_source
+from .status import DeviceStatus
 
 #: Parameter buffers are immutable and keyed by content, so hot loops reuse them.
 _CONSTANT_CACHE_SIZE = 4096
 #: Elements per thread of ``copy_strided_rows`` (CR_RUN in shaders/copy.cl).
 _COPY_RUN = 64
+#: Kernels index elements with int32 (sizes travel in int32 parameter buffers, and
+#: ``row * cols`` is int arithmetic in places): a larger tensor could address out of bounds.
+MAX_ELEMENTS = 2**31 - 1
 
 
 @dataclass
@@ -69,6 +75,15 @@ class KernelBackend(FusedKernels, PrimitiveKernels, BackendBase):
         self._constants: OrderedDict[tuple[Any, ...] | bytes, Any] = OrderedDict()
         self._launchable: dict[tuple[Any, ...], Any] = {}
         self._stats = TransferStats()
+        self.device_status = DeviceStatus(
+            self.runtime.allocate, self.runtime.upload, self._read_status
+        )
+
+    def _read_status(self, buffer: Any, nbytes: int) -> np.ndarray:
+        raw = self.runtime.download(buffer, nbytes)
+        self._stats.downloads += 1
+        self._stats.download_bytes += nbytes
+        return raw
 
     def make_runtime(self, device_index: int) -> Runtime:
         """The runtime for ``device_index``; subclasses override."""
@@ -112,8 +127,13 @@ class KernelBackend(FusedKernels, PrimitiveKernels, BackendBase):
         floats: Sequence[float] = (),
         index_dtype: np.dtype | None = None,
         defines: Mapping[str, str] | None = None,
+        status: tuple[str, int] | None = None,
     ) -> None:
-        """Queue ``kernel`` of ``shaders/<family>.cl`` over ``threads`` threads (1-D)."""
+        """Queue ``kernel`` of ``shaders/<family>.cl`` over ``threads`` threads (1-D).
+
+        ``status=(op, bound)`` binds the device status buffer after the tensors, and appends
+        its slot to ``ints``, for a kernel that checks its ids against ``bound``
+        (``status.py``)."""
         if threads <= 0:
             return
         # Hot path (a training step launches hundreds of kernels): one dict probe for the
@@ -125,6 +145,10 @@ class KernelBackend(FusedKernels, PrimitiveKernels, BackendBase):
             if fast is not None:
                 self._launchable[fast] = k
         buffers = [t.storage.buffer.raw for t in args]
+        if status is not None:  # the status buffer, and its slot as the last int
+            raw, slot = self.device_status.buffer(*status)
+            buffers.append(raw)
+            ints = (*ints, slot)
         if ints:
             buffers.append(self._constant(np.int32, tuple(ints)))
         if floats:
@@ -154,7 +178,15 @@ class KernelBackend(FusedKernels, PrimitiveKernels, BackendBase):
         """A dense tensor with undefined contents from the caching allocator."""
         shape = tuple(int(s) for s in shape)
         dtype = np.dtype(dtype)
-        buf = self.allocator.allocate(math.prod(shape) * dtype.itemsize)
+        n = math.prod(shape)
+        if any(d < 0 for d in shape):
+            raise ShapeError(f"[allocate] shape {shape} has a negative dimension ({dtype.name})")
+        if n > MAX_ELEMENTS:
+            raise ShapeError(
+                f"[allocate] {self.name}:{self.device_index} indexes tensors with int32: at "
+                f"most {MAX_ELEMENTS} elements; got shape {shape} ({n} elements of {dtype.name})"
+            )
+        buf = self.allocator.allocate(n * dtype.itemsize)
         return self.wrap(buf, shape, dtype)
 
     # -- allocation and transfer ----------------------------------------------------------------
@@ -182,6 +214,7 @@ class KernelBackend(FusedKernels, PrimitiveKernels, BackendBase):
         return out
 
     def to_numpy(self, x: Tensor) -> np.ndarray:
+        self.device_status.check()  # raises the deferred DomainError of a flagged kernel
         if x.size == 0:
             return np.empty(x.shape, dtype=x.dtype)
         src = x if x.is_dense else self.copy_strided(x)
@@ -215,6 +248,7 @@ class KernelBackend(FusedKernels, PrimitiveKernels, BackendBase):
     def synchronize(self) -> None:
         self.runtime.synchronize()
         self._stats.synchronizations += 1
+        self.device_status.check()
 
     def memory_stats(self) -> dict[str, int]:
         return self.allocator.stats()

@@ -12,6 +12,7 @@ hundred threads whatever group size the runtime picks.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +35,14 @@ _MAX_THREADS = 1 << 21
 _WHOLE_GROUP_COLS = 1024
 #: Rows per chunk in the first stage of LayerNorm's dgamma/dbeta reduction.
 _LN_CHUNK_ROWS = 64
+#: Embedding backward walks every id per output element (one launch) while n * V is at
+#: most this; above it, the sort/segment plan (O(n + V * C), six or more launches).
+_EMBEDDING_DIRECT_MAX = 1 << 14
+#: Digit width of the embedding backward's radix sort (RADIX_BITS in shaders/embedding.cl).
+_RADIX_BITS = 8
+#: At most this many chunks (threads) per radix pass; each walks ceil(n / chunks) ids.
+_RADIX_MAX_CHUNKS = 4096
+_RADIX_MIN_CHUNK = 64
 
 _GELU_FORMS = {"tanh": 0, "none": 1}
 
@@ -123,6 +132,9 @@ class FusedKernels:
         y = self.empty(x.shape, x.dtype)
         mean = self.empty(lead, x.dtype)
         rstd = self.empty(lead, x.dtype)
+        if rows and not c:  # core rejects C = 0; called directly, the statistics are NaN
+            self.fill(mean, math.nan)
+            self.fill(rstd, math.nan)
         if x.size:
             threads, width = _row_plan(rows, c)
             self.launch(
@@ -174,6 +186,7 @@ class FusedKernels:
             self.launch(
                 "embedding", "embedding_forward", table.dtype, _flat_threads(n * c),
                 out, table, ids, ints=(n, c, v), index_dtype=ids.dtype,
+                status=("embedding", v),
             )  # fmt: skip
         return out
 
@@ -187,9 +200,41 @@ class FusedKernels:
         if n == 0:
             self.fill(dtable, 0.0)
             return dtable
+        dt, it = dy.dtype, ids.dtype
+        status = ("embedding_backward", v)
+        if n * v <= _EMBEDDING_DIRECT_MAX:
+            self.launch(
+                "embedding", "embedding_backward", dt, _flat_threads(v * c),
+                dtable, dy, ids, ints=(n, c, v), index_dtype=it, status=status,
+            )  # fmt: skip
+            return dtable
+        # Stable LSD radix sort of (id, position) pairs, then one ordered sum per segment.
+        i32 = np.dtype(np.int32)
+        chunk = max(_RADIX_MIN_CHUNK, -(-n // _RADIX_MAX_CHUNKS))
+        chunks = -(-n // chunk)
+        keys, pos = self.empty((n,), i32), self.empty((n,), i32)
+        keys2, pos2 = self.empty((n,), i32), self.empty((n,), i32)
+        counts = self.empty((chunks << _RADIX_BITS,), i32)
         self.launch(
-            "embedding", "embedding_backward", dy.dtype, _flat_threads(v * c),
-            dtable, dy, ids, ints=(n, c, v), index_dtype=ids.dtype,
+            "embedding", "embedding_sort_init", dt, _flat_threads(n),
+            keys, pos, ids, ints=(n, c, v), index_dtype=it, status=status,
+        )  # fmt: skip
+        for shift in range(0, v.bit_length(), _RADIX_BITS):  # keys lie in [0, V]
+            ints = (n, c, v, chunks, chunk, shift)
+            self.launch("embedding", "radix_count", dt, chunks, counts, keys, ints=ints,
+                        index_dtype=it)  # fmt: skip
+            self.launch("embedding", "radix_scan", dt, 1, counts, ints=ints, index_dtype=it)
+            self.launch(
+                "embedding", "radix_scatter", dt, chunks,
+                keys2, pos2, keys, pos, counts, ints=ints, index_dtype=it,
+            )  # fmt: skip
+            keys, pos, keys2, pos2 = keys2, pos2, keys, pos
+        starts = self.empty((v + 1,), i32)
+        self.launch("embedding", "embedding_segments", dt, _flat_threads(v + 1), starts, keys,
+                    ints=(n, c, v), index_dtype=it)  # fmt: skip
+        self.launch(
+            "embedding", "embedding_backward_rows", dt, _flat_threads(v * c),
+            dtable, dy, pos, starts, ints=(n, c, v), index_dtype=it,
         )  # fmt: skip
         return dtable
 
@@ -203,6 +248,7 @@ class FusedKernels:
             self.launch(
                 "cross_entropy", "cross_entropy_forward", logits.dtype, threads,
                 loss, lse, logits, targets, ints=(n, v, width), index_dtype=targets.dtype,
+                status=("cross_entropy", v),
             )  # fmt: skip
         return loss, lse
 
@@ -215,6 +261,7 @@ class FusedKernels:
             self.launch(
                 "cross_entropy", "cross_entropy_backward", logits.dtype, _flat_threads(n * v),
                 dlogits, dloss, logits, targets, lse, ints=(n, v), index_dtype=targets.dtype,
+                status=("cross_entropy_backward", v),
             )  # fmt: skip
         return dlogits
 
@@ -226,8 +273,9 @@ class FusedKernels:
         self, q: Tensor, k: Tensor, v: Tensor, scale: float, causal: bool
     ) -> tuple[Tensor, Tensor]:
         b, h, t, d = q.shape
-        if q.size == 0:
+        if b * h * t == 0:
             return self.empty(q.shape, q.dtype), self.empty((b, h, t, t), q.dtype)
+        # D = 0 (core rejects it) still runs: scores are 0, probs uniform over visible keys.
         probs = self.matmul(q, k, False, True)  # q k^T, scaled and masked in place below
         rows = b * h * t
         threads, width = _row_plan(rows, t)
@@ -285,7 +333,7 @@ class FusedKernels:
         dt = q.dtype
         out = self.empty(q.shape, dt)
         lse = self.empty((b, h, t), dt)
-        if q.size == 0:
+        if b * h * t == 0:  # D = 0 runs: lse = log(number of visible keys)
             return out, lse
         bh = b * h
         if self._flash_rows():

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..backend import ElementwiseByName
+from ..errors import ShapeError
 from .layout import reduction_groups
 from .sources import c_type
 
@@ -72,10 +73,15 @@ class PrimitiveKernels(ElementwiseByName):
 
     def pow_scalar(self, x: Tensor, value: float) -> Tensor:
         # Small integral exponents multiply exactly (and keep the sign of negative bases,
-        # which Metal's fast-math pow would turn into NaN); the rest use pow().
-        integral = float(value).is_integer() and abs(value) <= 64
-        ints = [x.size, 1 if integral else 0, int(value) if integral else 0]
-        return self._scalar("scalar_pow", x, ints, value)
+        # which Metal's fast-math pow would turn into NaN); the rest use pow(), told whether
+        # the exponent is an even or odd integer (IEEE's answers for negative bases).
+        v = float(value)
+        integer = v.is_integer()  # False for inf and NaN
+        if integer and abs(v) <= 64:
+            kind, e = 1, int(v)
+        else:
+            kind, e = (2 + int(v % 2 == 1) if integer else 0), 0
+        return self._scalar("scalar_pow", x, [x.size, kind, e], value)
 
     def where(self, cond: Tensor, a: Tensor, b: Tensor) -> Tensor:
         out = self.empty(a.shape, a.dtype)
@@ -86,6 +92,10 @@ class PrimitiveKernels(ElementwiseByName):
         dtype = np.dtype(dtype)
         out = self.empty(x.shape, dtype)
         defines = {"SRC": c_type(x.dtype)}
+        if x.dtype.kind == "f" and dtype.kind == "i":  # saturating, NaN -> 0 (cast.cl)
+            bits = dtype.itemsize * 8 - 1
+            top = f"{2**bits - 1}{'L' if bits > 31 else ''}"
+            defines |= {"CAST_LIMIT": repr(2.0**bits), "CAST_MAX": top, "CAST_MIN": f"(-{top} - 1)"}
         self.launch("cast", "cast_copy", dtype, x.size, out, x, ints=[x.size], defines=defines)
         return out
 
@@ -154,8 +164,12 @@ class PrimitiveKernels(ElementwiseByName):
 
     def argmax(self, x: Tensor) -> Tensor:
         cols = x.shape[-1]
+        if cols == 0:  # core rejects this first; the kernel starts from element 0 of a row
+            raise ShapeError(f"[argmax] needs a non-empty last axis; got shape {x.shape}")
         rows = x.size // cols
         out = self.empty(x.shape[:-1], np.dtype(np.int32))
+        if rows == 0:
+            return out
         threads = rows * self._row_threads()
         self.launch("reduce", "argmax_rows", x.dtype, threads, out, x, ints=[rows, cols])
         return out

@@ -95,7 +95,9 @@ void rc_scalar(int op, const float *x, float v, float *y, int64_t n) {
     for (int64_t i = 0; i < n; i++) {
         if (op == S_ADD) y[i] = x[i] + v;
         else if (op == S_MUL) y[i] = x[i] * v;
-        else y[i] = powf(x[i], v); /* C pow handles negative bases for integral exponents */
+        /* C pow handles negative bases for integral exponents; riftco's pow of -inf to a
+         * fractional power is NaN like any negative base (C99 says +inf there) */
+        else y[i] = (isinf(x[i]) && x[i] < 0 && v != floorf(v)) ? NAN : powf(x[i], v);
     }
 }
 

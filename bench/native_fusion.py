@@ -1,0 +1,143 @@
+"""What the part-2 protocol ops would save on the native backend, per GPT training step.
+
+Each linear layer of the GPT (qkv, proj, fc, fc2 per block; the head has no bias) is
+timed two ways on its real shape, interleaved:
+
+* forward: ``matmul`` + bias ``add`` (today) vs ``linear`` (bias added per thread while
+  the product is in cache);
+* backward: ``matmul`` (dX) + ``matmul`` (dW) + ``sum`` (db) (today) vs
+  ``linear_backward`` (one parallel region);
+* attention layout: splitting q, k, v out of the fused projection and merging heads back
+  (today: ``split_last_axis`` + ``copy_strided``; backward: ``concatenate_last_axis`` +
+  ``copy_strided``) vs reading/writing them in place (zero: the cost is the copies).
+
+The per-step saving is the sum over the step's layers of (today - fused), medians.
+
+    python bench/native_fusion.py [--configs small,large] [--repeat 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", str(os.cpu_count() or 1))
+os.environ.setdefault("OMP_NUM_THREADS", str(os.cpu_count() or 1))
+
+import numpy as np  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import riftco  # noqa: E402
+from common import machine, table, write_json  # noqa: E402
+from riftco import ops  # noqa: E402
+from train_step import CONFIGS, VOCAB  # noqa: E402
+
+
+def median_us(fns: dict[str, Any], repeat: int) -> dict[str, float]:
+    """Median µs per call of each function, calls interleaved round-robin."""
+    for fn in fns.values():
+        fn()
+    samples: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(repeat):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            samples[name].append(time.perf_counter() - t0)
+    return {k: statistics.median(v) * 1e6 for k, v in samples.items()}
+
+
+def linear_rows(config: str, repeat: int) -> list[dict[str, Any]]:
+    c = CONFIGS[config]
+    m, width, layers = c["batch"] * c["context"], c["width"], c["layers"]
+    be = riftco.device("native").backend
+    rng = np.random.default_rng(0)
+
+    def t(*shape: int) -> riftco.Tensor:
+        return riftco.tensor(rng.standard_normal(shape).astype(np.float32), device="native")
+
+    shapes = {"qkv": (width, 3 * width), "proj": (width, width), "fc": (width, 4 * width),
+              "fc2": (4 * width, width)}  # fmt: skip
+    rows = []
+    for name, (k, n) in shapes.items():
+        x, w, b, dy = t(m, k), t(k, n), t(n), t(m, n)
+        row_b = be.broadcast_row(b, (m, n))
+        fwd = median_us({
+            "today": lambda x=x, w=w, row_b=row_b: ops.add(ops.matmul(x, w), row_b),
+            "fused": lambda x=x, w=w, b=b: be.linear(x, w, b),
+        }, repeat)  # fmt: skip
+        bwd = median_us({
+            "today": lambda x=x, w=w, dy=dy: (ops.matmul(dy, w, transpose_b=True),
+                                              ops.matmul(x, dy, transpose_a=True),
+                                              ops.sum(dy, 0)),
+            "fused": lambda x=x, w=w, dy=dy: be.linear_backward(dy, x, w),
+        }, repeat)  # fmt: skip
+        for what, r in (("forward", fwd), ("backward", bwd)):
+            saved = (r["today"] - r["fused"]) * layers / 1e3
+            rows.append({"config": config, "layer": name, "shape": f"{m}x{k}x{n}",
+                         "pass": what, "per_step": layers, "today_us": r["today"],
+                         "fused_us": r["fused"], "saved_ms_per_step": saved})  # fmt: skip
+    return rows
+
+
+def layout_rows(config: str, repeat: int) -> list[dict[str, Any]]:
+    """The copies an attention reading q, k, v from the fused projection would not make."""
+    c = CONFIGS[config]
+    bsz, tlen, width, layers = c["batch"], c["context"], c["width"], c["layers"]
+    heads = c["heads"]
+    be = riftco.device("native").backend
+    rng = np.random.default_rng(1)
+
+    def t(*shape: int) -> riftco.Tensor:
+        return riftco.tensor(rng.standard_normal(shape).astype(np.float32), device="native")
+
+    qkv = t(bsz * tlen, 3 * width)
+    merged = t(bsz, heads, tlen, width // heads).permute(0, 2, 1, 3)  # (B, T, H, D) view
+    grads = [t(bsz * tlen, width) for _ in range(3)]
+    r = median_us({
+        "split q,k,v": lambda: ops.split_last_axis(qkv, [width] * 3),
+        "merge heads": lambda: be.copy_strided(merged),
+        "concat dq,dk,dv": lambda: ops.concatenate_last_axis(grads),
+    }, repeat)  # fmt: skip
+    # per layer: forward split + merge; backward concat + one head merge of d(out)
+    per_layer = r["split q,k,v"] + 2 * r["merge heads"] + r["concat dq,dk,dv"]
+    rows = [{"config": config, "layer": name, "shape": f"B{bsz} T{tlen} C{width}",
+             "pass": "layout", "per_step": layers, "today_us": us, "fused_us": 0.0,
+             "saved_ms_per_step": us * layers / 1e3 * (2 if name == "merge heads" else 1)}
+            for name, us in r.items()]  # fmt: skip
+    rows.append({"config": config, "layer": "all layout copies", "pass": "layout",
+                 "per_step": layers, "today_us": per_layer, "fused_us": 0.0,
+                 "saved_ms_per_step": per_layer * layers / 1e3})  # fmt: skip
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--configs", default="small,large")
+    ap.add_argument("--repeat", type=int, default=30)
+    args = ap.parse_args()
+    host = machine()
+    print(f"machine: {host['summary']}; vocab {VOCAB}")
+    rows: list[dict[str, Any]] = []
+    for config in args.configs.split(","):
+        rows += linear_rows(config, args.repeat)
+        rows += layout_rows(config, args.repeat)
+    print(table(rows, ["config", "layer", "shape", "pass", "today_us", "fused_us",
+                       "saved_ms_per_step"]))  # fmt: skip
+    for config in args.configs.split(","):
+        mine = [r for r in rows if r["config"] == config and r["layer"] != "all layout copies"]
+        lin = sum(r["saved_ms_per_step"] for r in mine if r["pass"] != "layout")
+        lay = sum(r["saved_ms_per_step"] for r in rows
+                  if r["config"] == config and r["layer"] == "all layout copies")  # fmt: skip
+        print(f"{config}: fused linear saves {lin:.2f} ms/step, in-place attention layout "
+              f"{lay:.2f} ms/step")  # fmt: skip
+    path = write_json("native_fusion", {"machine": host, "repeat": args.repeat, "rows": rows})
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
