@@ -31,17 +31,35 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--max-examples", type=int, default=DEFAULT_MAX_EXAMPLES, metavar="N",
                    help="hypothesis-drawn examples per case, on top of the edge cases "
                    "(default %(default)s)")  # fmt: skip
-    p.add_argument("--seed", type=int, default=None,
-                   help="draw examples from this seed instead of the derandomised default")
-    p.add_argument("--ops", default="", metavar="PATTERNS",
-                   help="comma-separated op names or case-id globs, e.g. 'softmax*,matmul'")
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="draw examples from this seed instead of the derandomised default",
+    )
+    p.add_argument(
+        "--ops",
+        default="",
+        metavar="PATTERNS",
+        help="comma-separated op names or case-id globs, e.g. 'softmax*,matmul'",
+    )
     p.add_argument("--json", metavar="PATH", help="write the JSON report here")
-    p.add_argument("--html", metavar="PATH",
-                   help="write a self-contained HTML certificate here (no network, no scripts)")
-    p.add_argument("--throughput", action=argparse.BooleanOptionalAction, default=None,
-                   help="measure per-op GB/s and GFLOP/s (default: on with --html)")
-    p.add_argument("--expectations", metavar="PATH",
-                   help="expectations file (JSON or TOML); default: the backend's own, if any")
+    p.add_argument(
+        "--html",
+        metavar="PATH",
+        help="write a self-contained HTML certificate here (no network, no scripts)",
+    )
+    p.add_argument(
+        "--throughput",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="measure per-op GB/s and GFLOP/s (default: on with --html)",
+    )
+    p.add_argument(
+        "--expectations",
+        metavar="PATH",
+        help="expectations file (JSON or TOML); default: the backend's own, if any",
+    )
     p.add_argument("--strict", action="store_true", help="an xfail case that passes is a failure")
     p.add_argument("--quiet", "-q", action="store_true", help="print only failures and the summary")
     return p  # fmt: skip

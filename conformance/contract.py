@@ -14,15 +14,15 @@ from __future__ import annotations
 
 import inspect
 import time
-from functools import partial
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
 import riftco
 from riftco.backend import PROTOCOL_VERSION, Capabilities, DeviceInfo
-from riftco.ops.samples import ErrorSample
 from riftco.ops.opunit import OpUnit, units
+from riftco.ops.samples import ErrorSample
 from riftco.tensor import Tensor
 
 from .results import CaseResult
@@ -197,7 +197,9 @@ def _run_domain(backend: Any, sample: ErrorSample) -> CaseResult:
                 res.status, res.reason = "fail", f"after the DomainError, x + x gave {got}"
         except BaseException as exc:  # noqa: BLE001
             res.status = "fail"
-            res.reason = f"after the DomainError the backend still fails: {type(exc).__name__}: {exc}"
+            res.reason = (
+                f"after the DomainError the backend still fails: {type(exc).__name__}: {exc}"
+            )
     res.time_s = time.perf_counter() - start
     return res
 
@@ -210,7 +212,9 @@ def _positional(fn: Any) -> int | None:
         return None
     if any(p.kind is p.VAR_POSITIONAL for p in sig.parameters.values()):
         return None
-    return sum(1 for p in sig.parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
+    return sum(
+        1 for p in sig.parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+    )
 
 
 def signature_problems(cls: type) -> list[str]:
@@ -222,7 +226,8 @@ def signature_problems(cls: type) -> list[str]:
             continue
         a, b = _positional(mine), _positional(u.method)
         if a is not None and b is not None and a != b:
-            problems.append(f"{u.name}{inspect.signature(mine)} (protocol: {u.name}{inspect.signature(u.method)})")
+            want = inspect.signature(u.method)
+            problems.append(f"{u.name}{inspect.signature(mine)} (protocol: {u.name}{want})")
     return problems
 
 

@@ -29,7 +29,9 @@ class HypothesisDraw:
         return bool(self.data.draw(st.booleans()))
 
     def shape(self, min_rank: int = 1, max_rank: int = 3) -> tuple[int, ...]:
-        dims = self.data.draw(st.lists(st.sampled_from(SIZES), min_size=min_rank, max_size=max_rank))
+        dims = self.data.draw(
+            st.lists(st.sampled_from(SIZES), min_size=min_rank, max_size=max_rank)
+        )
         return cap(dims)
 
     def subset(self, items: Sequence[int], min_size: int = 1) -> tuple[int, ...]:

@@ -62,9 +62,10 @@ def _cases(cases: list[dict[str, Any]]) -> str:
         detail = f'<div class="detail">{_e(text)}</div>' if text else ""
         rows.append(
             f'<tr class="{cls}"><td>{_e(c["id"])}{detail}</td><td>{_e(c["op"])}</td>'
-            f'<td>{_e(c["dtype"])}</td><td>{_e(c["mode"])}</td>'
+            f"<td>{_e(c['dtype'])}</td><td>{_e(c['mode'])}</td>"
             f'<td class="num">{_num(c.get("max_abs_err"))}</td>'
-            f'<td class="num">{_num(c.get("max_rel_err"))}</td><td>{_e(_tol(c.get("tolerance")))}</td>'
+            f'<td class="num">{_num(c.get("max_rel_err"))}</td>'
+            f"<td>{_e(_tol(c.get('tolerance')))}</td>"
             f'<td class="num">{_e(c.get("examples", 0))}</td>'
             f'<td class="status s-{_e(status)}">{_e(status.upper())}</td>'
             f'<td class="num">{c.get("time_s", 0):.2f}s</td></tr>'
@@ -85,10 +86,10 @@ def _throughput(rows: list[dict[str, Any]]) -> str:
     for r in rows:
         ms = "error" if r.get("error") else "%.3f ms" % (float(r["best_time_s"]) * 1e3)
         body.append(
-            f'<tr><td>{_e(r["op"])}</td><td>{_e(r["mode"])}</td><td>{_e(r["dtype"])}</td>'
+            f"<tr><td>{_e(r['op'])}</td><td>{_e(r['mode'])}</td><td>{_e(r['dtype'])}</td>"
             f'<td class="num">{ms}</td><td class="num">{r["gb_per_s"]:.2f}</td>'
             f'<td class="num">{r["gflop_per_s"]:.2f}</td>'
-            f'<td>{_e(r.get("error") or r["example"])}</td></tr>'
+            f"<td>{_e(r.get('error') or r['example'])}</td></tr>"
         )
     return _table(head, body)
 
@@ -100,7 +101,9 @@ def render(report: dict[str, Any]) -> str:
     cls = "pass" if passed else ("incomplete" if not complete else "fail")
     s = report["summary"]
     title = f"riftco conformance: {report['backend']} — {verdict}"
-    counts = ", ".join(f"{s[k]} {k}" for k in ("pass", "fail", "error", "skip", "xfail", "xpass") if s.get(k))
+    counts = ", ".join(
+        f"{s[k]} {k}" for k in ("pass", "fail", "error", "skip", "xfail", "xpass") if s.get(k)
+    )
     about = _dl([
         ("backend", report["backend"]),
         ("distribution", f"{report['distribution']} {report['distribution_version']}"),
@@ -115,7 +118,7 @@ def render(report: dict[str, Any]) -> str:
     parts = [
         f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{_e(title)}</title>"
         f"<style>{_CSS}</style></head><body>",
-        f'<h1>riftco conformance certificate: {_e(report["backend"])}</h1>',
+        f"<h1>riftco conformance certificate: {_e(report['backend'])}</h1>",
         f'<p><span class="verdict {cls}" id="verdict">{verdict}</span> '
         f"{_e(s['total'])} cases: {_e(counts)}</p>",
         about,
@@ -127,7 +130,7 @@ def render(report: dict[str, Any]) -> str:
     for dev in report["devices"]:
         ds = dev["summary"]
         dverdict = "PASS" if not ds["failed"] else "FAIL"
-        parts.append(f'<h2>{_e(dev["device"])}: {_e(dev["device_name"])} — {dverdict}</h2>')
+        parts.append(f"<h2>{_e(dev['device'])}: {_e(dev['device_name'])} — {dverdict}</h2>")
         parts.append(_dl([("dtypes", ", ".join(dev["device_dtypes"])),
                           *[(k, v) for k, v in dev["device_details"].items()],
                           ("wall time", f"{dev['wall_time_s']:.1f} s")]))  # fmt: skip

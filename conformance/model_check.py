@@ -12,7 +12,6 @@ import time
 from typing import Any
 
 import numpy as np
-
 from riftco.ops.comparison import compare
 from riftco.ops.opunit import Tolerance
 

@@ -30,9 +30,9 @@ from hypothesis import HealthCheck, Phase, Verbosity, given, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 from riftco.ops.comparison import Comparison, compare
+from riftco.ops.opunit import OpUnit
 from riftco.ops.primitive.memory import storage_array
 from riftco.ops.samples import Ctx, Example, Params
-from riftco.ops.opunit import OpUnit
 
 from .draw import drawn_params
 from .inputs import tensors, upload_args
@@ -143,8 +143,13 @@ class NumericCase:
         scale = self.unit.tolerance.scale(ex) if self.unit.tolerance.scale else 1.0
         r = self.result
         assert r.tolerance is not None
-        r.tolerance = {**self.tol.as_dict(), "atol_scale": max(scale, r.tolerance.get("atol_scale", 0))}
-        comps = [compare(n, g, e, self.tol, scale) for n, g, e in zip(names, got, exp, strict=False)]
+        r.tolerance = {
+            **self.tol.as_dict(),
+            "atol_scale": max(scale, r.tolerance.get("atol_scale", 0)),
+        }
+        comps = [
+            compare(n, g, e, self.tol, scale) for n, g, e in zip(names, got, exp, strict=False)
+        ]
         r.max_abs = max([r.max_abs or 0.0] + [c.max_abs for c in comps])
         r.max_rel = max([r.max_rel or 0.0] + [c.max_rel for c in comps])
         if not all(c.ok for c in comps):

@@ -7,16 +7,15 @@ same cases with the same ids.
 from __future__ import annotations
 
 import time
-from functools import partial
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
 import riftco
-from riftco.plugins import BackendEntry, get_registry
-
 from riftco.ops.samples import Ctx
+from riftco.plugins import BackendEntry, get_registry
 
 from .contract import domain_cases, error_cases, numeric_units, protocol_results
 from .expectations import Expectations, glob_match

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import riftco
-from riftco.ops.samples import Ctx
 from riftco.ops.opunit import OpUnit, units
+from riftco.ops.samples import Ctx
 
 from .inputs import upload_args
 
@@ -107,4 +107,3 @@ def table(rows: list[Throughput]) -> str:
             f"{r.gflops_per_s:8.2f}  {r.error or r.shape}"
         )
     return "\n".join(lines)
-

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from importlib import metadata as _metadata
 
-from . import autograd, optim  # noqa: E402  (after Tensor: autograd builds on it)
-from . import ops
+from . import autograd, ops, optim  # noqa: E402  (after Tensor: autograd builds on it)
 from .autograd import Variable, no_grad  # noqa: E402
 from .backend import (
     PROTOCOL_VERSION,
@@ -52,7 +51,8 @@ from . import shadow as _shadow  # noqa: E402,F401  (RIFTCO_VALIDATE=cpu: shadow
 
 __all__ = [
     "autograd", "optim", "Variable", "no_grad",
-    "PROTOCOL_VERSION", "Backend", "BackendBase", "FusedBackend", "Capabilities", "DeviceInfo", "Tensor",
+    "PROTOCOL_VERSION", "Backend", "BackendBase", "FusedBackend", "Capabilities", "DeviceInfo",
+    "Tensor",
     "Device", "device", "default_device", "get_default_device", "get_registry", "register",
     "hookimpl", "hookspec", "ops", "tensor", "zeros", "ones", "full", "arange", "randn",
     "float32", "float64", "int32", "int64",

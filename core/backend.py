@@ -45,6 +45,7 @@ from .ops.fused.flash_attention import FlashAttentionMethods
 from .ops.fused.gelu import GeluMethods
 from .ops.fused.layer_norm import LayerNormMethods
 from .ops.fused.softmax import SoftmaxMethods
+from .ops.opunit import units
 from .ops.primitive.binary import BinaryMethods
 from .ops.primitive.layout import LayoutMethods
 from .ops.primitive.matmul import MatmulMethods
@@ -52,7 +53,6 @@ from .ops.primitive.memory import MemoryMethods
 from .ops.primitive.reduce import ReduceMethods
 from .ops.primitive.select import COMPARE_OPS, SelectMethods  # noqa: F401  (re-exported)
 from .ops.primitive.unary import UnaryMethods
-from .ops.opunit import units
 from .tensor import Tensor
 
 PROTOCOL_VERSION: tuple[int, int] = (1, 0)
@@ -61,8 +61,6 @@ PROTOCOL_VERSION: tuple[int, int] = (1, 0)
 PRIMITIVE_OPS: tuple[str, ...] = tuple(u.name for u in units() if u.kind != "fused")
 #: Optional fused methods; core has a composite fallback for each.
 FUSED_OPS: tuple[str, ...] = tuple(u.name for u in units("fused"))
-
-
 
 
 @dataclass(frozen=True)
@@ -252,4 +250,6 @@ class ElementwiseByName:
 
 def missing_primitives(cls: type) -> list[str]:
     """Names of required methods ``cls`` lacks (used at plugin load time)."""
-    return [u.name for u in units() if u.kind != "fused" and not callable(getattr(cls, u.name, None))]
+    return [
+        u.name for u in units() if u.kind != "fused" and not callable(getattr(cls, u.name, None))
+    ]

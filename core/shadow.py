@@ -28,8 +28,8 @@ from .device import Device
 from .errors import ValidationError
 from .ops import dispatch  # the module: its ``validator`` global is the hook
 from .ops.comparison import compare
-from .ops.primitive.memory import host_view
 from .ops.opunit import OpUnit, Tolerance
+from .ops.primitive.memory import host_view
 from .tensor import Tensor
 
 REFERENCE = "cpu"
@@ -69,7 +69,11 @@ class ShadowValidator:
                 f"[{unit.name}] shadow validation: {who} returned {len(got)} outputs, the "
                 f"cpu reference {len(want)}; inputs: {shapes}"
             )
-        names = unit.outputs if len(unit.outputs) == len(got) else [f"output {i}" for i in range(len(got))]
+        names = (
+            unit.outputs
+            if len(unit.outputs) == len(got)
+            else [f"output {i}" for i in range(len(got))]
+        )
         for name, g, e in zip(names, got, want, strict=True):
             problem = _diverges(unit, g, e, self.slack)
             if problem:

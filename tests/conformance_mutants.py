@@ -285,7 +285,9 @@ class CrossEntropyNoMaxSubtraction(Base):
 
 
 class CrossEntropyBackwardUnscaled(Base):
-    def cross_entropy_backward(self, dloss: Tensor, logits: Tensor, targets: Tensor, lse: Tensor) -> Tensor:
+    def cross_entropy_backward(
+        self, dloss: Tensor, logits: Tensor, targets: Tensor, lse: Tensor
+    ) -> Tensor:
         ones = self.from_numpy(np.ones(dloss.shape, dloss.dtype))
         return super().cross_entropy_backward(ones, logits, targets, lse)
 
@@ -307,7 +309,9 @@ class AttentionMasksDiagonal(Base):
 
 
 class AttentionBackwardDkUnscaled(Base):
-    def attention_backward(self, dout: Tensor, q: Tensor, k: Tensor, v: Tensor, probs: Tensor, scale: float) -> Any:
+    def attention_backward(
+        self, dout: Tensor, q: Tensor, k: Tensor, v: Tensor, probs: Tensor, scale: float
+    ) -> Any:
         dq, dk, dv = super().attention_backward(dout, q, k, v, probs, scale)
         return dq, self.result(view(dk) / scale), dv
 
@@ -344,8 +348,10 @@ class FlashBackwardDqDoubled(Base):
 
 
 class AdamWithoutBiasCorrection(Base):
-    def adam_update(self, param: Tensor, grad: Tensor, m: Tensor, v: Tensor, lr: float,
-                    beta1: float, beta2: float, eps: float, weight_decay: float, step: int) -> None:  # fmt: skip
+    def adam_update(
+        self, param: Tensor, grad: Tensor, m: Tensor, v: Tensor, lr: float,
+        beta1: float, beta2: float, eps: float, weight_decay: float, step: int,
+    ) -> None:  # fmt: skip
         p, mb, vb = (t.storage.buffer[: t.size] for t in (param, m, v))
         g = view(grad).reshape(-1)
         mb[:] = beta1 * mb + (1 - beta1) * g
@@ -354,8 +360,10 @@ class AdamWithoutBiasCorrection(Base):
 
 
 class AdamL2InsteadOfDecoupled(Base):
-    def adam_update(self, param: Tensor, grad: Tensor, m: Tensor, v: Tensor, lr: float,
-                    beta1: float, beta2: float, eps: float, weight_decay: float, step: int) -> None:  # fmt: skip
+    def adam_update(
+        self, param: Tensor, grad: Tensor, m: Tensor, v: Tensor, lr: float,
+        beta1: float, beta2: float, eps: float, weight_decay: float, step: int,
+    ) -> None:  # fmt: skip
         g = self.from_numpy(view(grad) + weight_decay * view(param))
         super().adam_update(param, g, m, v, lr, beta1, beta2, eps, 0.0, step)
 

@@ -138,7 +138,9 @@ def test_composites_accept_non_contiguous_ids():
     assert not ids.is_contiguous
     assert_close(ops.composite("embedding")(table, ids), ops.embedding(table, ids))
     dy = riftco.tensor(np.arange(12.0).reshape(2, 2, 3)).permute(1, 0, 2)
-    assert_close(ops.composite("embedding_backward")(dy, ids, 4), ops.embedding_backward(dy, ids, 4))
+    assert_close(
+        ops.composite("embedding_backward")(dy, ids, 4), ops.embedding_backward(dy, ids, 4)
+    )
 
 
 # -- a backend with primitives only, which accepts only dense operands ----------------------

@@ -43,12 +43,16 @@ def _certificate(tmp_path: Path, argv: list[str]) -> tuple[int, Path, dict[str, 
 
 
 def test_page_is_self_contained_and_lists_every_case(tmp_path: Path) -> None:
-    rc, page, report = _certificate(tmp_path, ["cpu", "--ops", "softmax*,matmul", "--max-examples", "1"])
+    rc, page, report = _certificate(
+        tmp_path, ["cpu", "--ops", "softmax*,matmul", "--max-examples", "1"]
+    )
     assert rc == 0
     parser = _Tags()
     parser.feed(page.read_text(encoding="utf-8"))
     tags = [t for t, _ in parser.tags]
-    assert "script" not in tags and "link" not in tags and "img" not in tags and "iframe" not in tags
+    assert (
+        "script" not in tags and "link" not in tags and "img" not in tags and "iframe" not in tags
+    )
     for _, attrs in parser.tags:  # nothing loads from anywhere
         for key in ("src", "href"):
             assert not attrs.get(key), attrs

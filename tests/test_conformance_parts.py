@@ -141,7 +141,8 @@ def test_help_and_a_clear_error_without_hypothesis() -> None:
     code = (
         "import sys; sys.modules['hypothesis'] = None\n"
         "from riftco.cli import main\n"
-        "try:\n    main(['conformance', '--help'])\nexcept SystemExit as e:\n    print('help exit', e.code)\n"
+        "try:\n    main(['conformance', '--help'])\n"
+        "except SystemExit as e:\n    print('help exit', e.code)\n"
         "print('run exit', main(['conformance', 'cpu']))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

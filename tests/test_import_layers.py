@@ -109,4 +109,6 @@ def test_the_layers_are_as_documented() -> None:
     upward = {"riftco.device", "riftco.plugins", "riftco.autograd", "riftco.backend", "riftco.nn"}
     for name, deps in graph.items():
         if name.startswith("riftco.ops"):
-            assert not {d for d in deps if d.split(".")[:2] and any(d.startswith(u) for u in upward)}, name
+            assert not {
+                d for d in deps if d.split(".")[:2] and any(d.startswith(u) for u in upward)
+            }, name

@@ -42,6 +42,8 @@ def test_backends_md_quotes_the_example_file() -> None:
     """The guide's code is the file's code (the class header and the plugin hook)."""
     doc = (ROOT / "docs" / "BACKENDS.md").read_text(encoding="utf-8")
     source = EXAMPLE.read_text(encoding="utf-8")
-    for block in re.findall(r"```python\n# examples/minimal_backend/minimal_backend.py\n(.*?)```", doc, re.S):
+    for block in re.findall(
+        r"```python\n# examples/minimal_backend/minimal_backend.py\n(.*?)```", doc, re.S
+    ):
         assert block.strip() in source
     assert "examples/minimal_backend/minimal_backend.py" in doc

@@ -15,8 +15,8 @@ import pytest
 import riftco
 from riftco import ops
 from riftco.backend import FUSED_OPS, PRIMITIVE_OPS, Backend, FusedBackend
-from riftco.ops.table import BEGIN, END, embed
 from riftco.ops.opunit import OpUnit, units
+from riftco.ops.table import BEGIN, END, embed
 
 ROOT = Path(__file__).resolve().parents[1]
 NO_SAMPLES = {"allocate", "from_numpy", "synchronize", "memory_stats"}  # read by every case

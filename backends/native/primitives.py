@@ -102,7 +102,7 @@ class NativePrimitives:
     def _operand(self, x: Tensor) -> tuple[Tensor, int, bool]:
         layout = matrix_layout(x)
         if layout is None:
-            x = self.copy_strided(x)  # type: ignore[attr-defined]
+            x = self.copy_strided(x)
             layout = (x.shape[-1], False)
         return x, layout[0], layout[1]
 
@@ -298,4 +298,4 @@ class NativePrimitives:
     def broadcast_row(self, row: Tensor, shape: tuple[int, ...]) -> Tensor:
         """``row`` [N] as a zero-stride view of ``shape`` [..., N] (no copy)."""
         strides = (0,) * (len(shape) - 1) + (row.strides[-1],)
-        return Tensor(self, row.storage, shape, strides, row.offset, row.dtype)
+        return Tensor(row.backend, row.storage, shape, strides, row.offset, row.dtype)

@@ -19,7 +19,8 @@ import numpy as np
 
 from .. import ops
 from ..errors import DTypeError
-from ..ops.primitive import binary, layout, matmul as _matmul, reduce, unary
+from ..ops.primitive import binary, layout, reduce, unary
+from ..ops.primitive import matmul as _matmul
 from ..tensor import Tensor, _parse_shape
 from . import domain
 from .apply import apply, as_variable
@@ -36,7 +37,7 @@ def _reshape(g: Tensor, shape: tuple[int, ...]) -> Tensor:
     return (g if g.is_contiguous else g.contiguous()).reshape(shape)
 
 
-# -- binary arithmetic (equal shapes; a Python number on either side) -------------------------------
+# -- binary arithmetic (equal shapes; a Python number on either side) ------------------------------
 def add(a: Any, b: Any) -> Variable:
     if isinstance(b, _NUMBER):
         return apply(binary.ADD_SCALAR, a, float(b))

@@ -290,7 +290,11 @@ class FusedKernels:
     ) -> tuple[Tensor, Tensor, Tensor]:
         b, h, t, d = q.shape
         if q.size == 0:
-            return tuple(self.empty(q.shape, q.dtype) for _ in range(3))  # type: ignore[return-value]
+            return (
+                self.empty(q.shape, q.dtype),
+                self.empty(q.shape, q.dtype),
+                self.empty(q.shape, q.dtype),
+            )
         dv = self.matmul(probs, dout, True, False)  # P^T dO
         ds = self.matmul(dout, v, False, True)  # dP = dO V^T, turned into scale * dS in place
         rows = b * h * t

@@ -20,7 +20,8 @@ import sys
 from typing import Any
 
 from .. import tensor as _tensor
-from . import primitive, fused  # noqa: I001  (primitives first)
+from . import fused, primitive  # noqa: I001  (primitives first)
+from .checks import same_backend
 from .deferred import flush as flush_deferred
 from .dispatch import Out
 from .fused.adam import adam_update
@@ -31,17 +32,33 @@ from .fused.flash_attention import flash_attention, flash_attention_backward
 from .fused.gelu import gelu, gelu_backward
 from .fused.layer_norm import layer_norm, layer_norm_backward
 from .fused.softmax import softmax, softmax_backward
-from .primitive.binary import add, add_scalar, div, maximum, minimum, mul, mul_scalar
-from .primitive.binary import pow_scalar, sub
+from .opunit import OpUnit, register, unit, units
+from .primitive.binary import (
+    add,
+    add_scalar,
+    div,
+    maximum,
+    minimum,
+    mul,
+    mul_scalar,
+    pow_scalar,
+    sub,
+)
 from .primitive.layout import concatenate_last_axis, split_last_axis
 from .primitive.matmul import matmul
-from .primitive.memory import allocate, assign_, contiguous, copy_strided, download, fill_
-from .primitive.memory import full_like, upload
+from .primitive.memory import (
+    allocate,
+    assign_,
+    contiguous,
+    copy_strided,
+    download,
+    fill_,
+    full_like,
+    upload,
+)
 from .primitive.reduce import argmax, max, mean, sum, sum_to_shape
 from .primitive.select import COMPARE_OPS, cast, compare, where
 from .primitive.unary import abs, exp, log, neg, rsqrt, sqrt, tanh
-from .checks import same_backend
-from .opunit import OpUnit, register, unit, units
 
 
 def _discover() -> None:
@@ -80,7 +97,8 @@ def __getattr__(name: str) -> Any:
 _tensor.LAYERS.ops = sys.modules[__name__]  # Tensor's operators and numpy() call into us
 
 __all__ = [
-    "OpUnit", "Out", "register", "unit", "units", "is_native", "composite", "same_backend", "flush_deferred",
+    "OpUnit", "Out", "register", "unit", "units", "is_native", "composite", "same_backend",
+    "flush_deferred",
     "allocate", "upload", "download", "copy_strided", "contiguous", "fill_", "full_like",
     "assign_", "neg", "exp", "log", "sqrt", "rsqrt", "tanh", "abs", "add", "sub", "mul", "div",
     "maximum", "minimum", "add_scalar", "mul_scalar", "pow_scalar", "where", "compare", "cast",

@@ -46,7 +46,9 @@ class Validator(Protocol):
     """Shadow validation hook (``riftco.shadow``): sees every native call."""
 
     def before(self, unit: OpUnit, backend: Any, args: Sequence[Any]) -> Any: ...
-    def after(self, unit: OpUnit, backend: Any, args: Sequence[Any], out: Any, state: Any) -> None: ...
+    def after(
+        self, unit: OpUnit, backend: Any, args: Sequence[Any], out: Any, state: Any
+    ) -> None: ...
 
 
 #: Installed by ``riftco.shadow``; ``None`` keeps dispatch at one global read.
@@ -148,7 +150,9 @@ def _names(unit: OpUnit, n: int) -> list[str]:
     return [names[i] if i < len(names) else f"{names[-1]}[{i}]" for i in range(n)]
 
 
-def _describe(unit: OpUnit, backend: Any, i: int, out: Any, expect: Out, args: Sequence[Any]) -> str:
+def _describe(
+    unit: OpUnit, backend: Any, i: int, out: Any, expect: Out, args: Sequence[Any]
+) -> str:
     name = _names(unit, i + 1)[i]
     head = f"[{unit.name}] backend {_who(backend)} broke the result contract: output {name!r} "
     want = f"a {expect.dtype.name} tensor of shape {expect.shape} on {_who(backend)}"

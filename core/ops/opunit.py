@@ -165,4 +165,3 @@ def fused_names() -> tuple[str, ...]:
 
 def required_names() -> tuple[str, ...]:
     return tuple(u.name for u in _UNITS.values() if u.kind != "fused")
-

@@ -27,7 +27,7 @@ def module_path(u: OpUnit) -> str:
 
 
 def rows() -> list[tuple[str, ...]]:
-    out = []
+    out: list[tuple[str, ...]] = []
     for u in units():
         kind = "optional" if u.fused else "required"
         tol = u.tolerance.for_dtype("float32")
@@ -58,7 +58,9 @@ def text() -> str:
     """The plain-text listing ``riftco ops`` prints."""
     out = []
     for u in units():
-        out.append(f"{signature(u):<70} {'optional' if u.fused else 'required':<9} {module_path(u)}")
+        out.append(
+            f"{signature(u):<70} {'optional' if u.fused else 'required':<9} {module_path(u)}"
+        )
     return "\n".join(out)
 
 

@@ -27,8 +27,8 @@ from typing import Union
 import numpy as np
 
 from .. import ops
-from ..ops import full_like
 from ..errors import DomainError, DTypeError, RiftcoError, ShapeError
+from ..ops import full_like
 from ..tensor import Tensor
 from .nodes import Node, NodeType, post_order
 

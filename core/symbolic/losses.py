@@ -26,8 +26,8 @@ import numpy as np
 
 from .. import ops
 from ..autograd import domain
-from ..ops import full_like
 from ..errors import DTypeError, ShapeError
+from ..ops import full_like
 from ..tensor import Tensor
 from .builder import Builder
 from .compile import Program

@@ -15,12 +15,24 @@ from ...errors import ShapeError
 from ...tensor import Tensor
 from .. import checks
 from ..dispatch import dispatch
+from ..opunit import OpUnit, Tolerance, Tolerances, register
 from ..primitive.binary import add, add_scalar, div, mul, mul_scalar, sub
 from ..primitive.memory import assign_
 from ..primitive.unary import sqrt
-from ..samples import Arr, Ctx, Draw, Example, Params, Samples, edges, error, label
-from ..samples import log_uniform, normal, rng_of
-from ..opunit import OpUnit, Tolerance, Tolerances, register
+from ..samples import (
+    Arr,
+    Ctx,
+    Draw,
+    Example,
+    Params,
+    Samples,
+    edges,
+    error,
+    label,
+    log_uniform,
+    normal,
+    rng_of,
+)
 
 
 class AdamMethods(Protocol):

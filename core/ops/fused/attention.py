@@ -20,13 +20,25 @@ from ...errors import ShapeError
 from ...tensor import Tensor
 from .. import checks
 from ..dispatch import Out, dispatch
+from ..opunit import OpUnit, Tolerance, Tolerances, register
+from ..primitive.binary import mul_scalar
 from ..primitive.matmul import matmul
 from ..primitive.memory import full_like, upload
-from ..primitive.binary import mul_scalar
 from ..primitive.select import where
-from ..samples import SMALL_SIZES, Arr, Ctx, Draw, Example, Params, Samples, edges, error
-from ..samples import label, normal, rng_of
-from ..opunit import OpUnit, Tolerance, Tolerances, register
+from ..samples import (
+    SMALL_SIZES,
+    Arr,
+    Ctx,
+    Draw,
+    Example,
+    Params,
+    Samples,
+    edges,
+    error,
+    label,
+    normal,
+    rng_of,
+)
 from .softmax import np_softmax, softmax, softmax_backward
 
 
@@ -114,7 +126,7 @@ def _attention_vjp(g: Tensor, args: Any, outs: Any, needs: Any) -> tuple[Tensor,
     return attention_backward(g, q, k, v, outs[1], scale)
 
 
-# -- conformance samples (shared with flash attention) ------------------------------------------------
+# -- conformance samples (shared with flash attention) ---------------------------------------------
 def _e(lbl: str, b: int, h: int, t: int, d: int, causal: bool, **kw: Any) -> Params:
     return {"label": lbl, "b": b, "h": h, "t": t, "d": d, "causal": causal, **kw}
 
@@ -201,8 +213,12 @@ def cost(args: list[Any]) -> tuple[int, int]:
     return (4 * q.nbytes + b * h * t * t * q.dtype.itemsize, 4 * b * h * t * t * d)
 
 
-_TOL = Tolerances(Tolerance(1e-4, 1e-4), Tolerance(1e-10, 1e-10), scale=score_scale,
-                  why="two accumulating matmuls around a softmax; scores carry their ulps")
+_TOL = Tolerances(
+    Tolerance(1e-4, 1e-4),
+    Tolerance(1e-10, 1e-10),
+    scale=score_scale,
+    why="two accumulating matmuls around a softmax; scores carry their ulps",
+)
 _TOL_B = Tolerances(Tolerance(2e-4, 2e-4), Tolerance(1e-10, 1e-10), scale=score_scale,
                     why="four accumulating matmuls and a row sum")  # fmt: skip
 

@@ -22,14 +22,26 @@ from ...errors import ShapeError
 from ...tensor import Tensor
 from .. import checks
 from ..dispatch import Out, dispatch
+from ..opunit import OpUnit, Tolerance, Tolerances, register
 from ..primitive.binary import add, mul, sub
 from ..primitive.memory import full_like
 from ..primitive.reduce import max, sum
 from ..primitive.select import where
 from ..primitive.unary import exp, log
-from ..samples import SIZES, Arr, Ctx, Draw, Example, Params, Samples, edges, error, label
-from ..samples import normal, rng_of
-from ..opunit import OpUnit, Tolerance, Tolerances, register
+from ..samples import (
+    SIZES,
+    Arr,
+    Ctx,
+    Draw,
+    Example,
+    Params,
+    Samples,
+    edges,
+    error,
+    label,
+    normal,
+    rng_of,
+)
 from .embedding import check_ids, defer_range, one_hot
 from .softmax import along_rows
 
@@ -117,7 +129,7 @@ def cross_entropy_backward_composite(
     return mul(sub(probs, onehot), scale)
 
 
-# -- conformance samples ----------------------------------------------------------------------------
+# -- conformance samples ---------------------------------------------------------------------------
 EDGES = edges(
     {"label": "logits +-1e4 (past exp overflow)", "n": 6, "v": 50, "large": True},
     {"label": "ignored targets (-1)", "n": 9, "v": 7, "ignore": 0.5},

@@ -19,14 +19,26 @@ from ...errors import DomainError, ShapeError
 from ...tensor import Tensor
 from .. import checks, deferred
 from ..dispatch import Out, dispatch
+from ..opunit import EXACT_TOLERANCES, OpUnit, Tolerance, Tolerances, register
 from ..primitive.binary import add
 from ..primitive.matmul import matmul
 from ..primitive.memory import upload
-from ..primitive.reduce import max, sum
+from ..primitive.reduce import max
 from ..primitive.select import cast, compare
-from ..samples import SIZES, Arr, Ctx, Draw, Example, Params, Samples, edges, error, label
-from ..samples import normal, rng_of
-from ..opunit import EXACT_TOLERANCES, OpUnit, Tolerance, Tolerances, register
+from ..samples import (
+    SIZES,
+    Arr,
+    Ctx,
+    Draw,
+    Example,
+    Params,
+    Samples,
+    edges,
+    error,
+    label,
+    normal,
+    rng_of,
+)
 
 
 class EmbeddingMethods(Protocol):
@@ -53,7 +65,9 @@ def check_ids(op: str, backend: Any, ids: Tensor, what: str, low: int, high: int
         host = ids.numpy()
         lo, hi = int(host.min()), int(host.max())
         if lo < low or hi >= high:
-            raise DomainError(f"[{op}] {what} must lie in [{low}, {high}); got values in [{lo}, {hi}]")
+            raise DomainError(
+                f"[{op}] {what} must lie in [{low}, {high}); got values in [{lo}, {hi}]"
+            )
 
 
 def defer_range(op: str, ids: Tensor, like: Tensor, what: str, low: int, high: int) -> None:
@@ -121,7 +135,7 @@ def _embedding_vjp(g: Tensor, args: Any, y: Tensor, needs: Any) -> tuple[Tensor]
     return (embedding_backward(g, ids, table.shape[0]),)
 
 
-# -- conformance samples -------------------------------------------------------------------------------
+# -- conformance samples ---------------------------------------------------------------------------
 def _ids(rng: np.random.Generator, p: Params, shape: tuple[int, ...], v: int) -> np.ndarray:
     ids = rng.integers(0, v, size=shape)
     if p.get("repeated"):

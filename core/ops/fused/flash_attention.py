@@ -18,15 +18,26 @@ import numpy as np
 from ...tensor import Tensor
 from .. import checks
 from ..dispatch import Out, dispatch
+from ..opunit import OpUnit, Tolerance, Tolerances, register
 from ..primitive.binary import add, div, sub
 from ..primitive.matmul import matmul
 from ..primitive.memory import full_like
 from ..primitive.reduce import max, sum
 from ..primitive.unary import exp, log
 from ..samples import Arr, Ctx, Example, Params, Samples, error, label
-from ..opunit import OpUnit, Tolerance, Tolerances, register
-from .attention import BENCH, EDGES, attention_backward_composite, check_qkv, cost, draw, np_scores
-from .attention import qkv, score_max, score_scale, scores
+from .attention import (
+    BENCH,
+    EDGES,
+    attention_backward_composite,
+    check_qkv,
+    cost,
+    draw,
+    np_scores,
+    qkv,
+    score_max,
+    score_scale,
+    scores,
+)
 from .cross_entropy import np_lse
 from .softmax import along_rows, np_softmax
 
@@ -122,7 +133,7 @@ def _flash_vjp(g: Tensor, args: Any, outs: Any, needs: Any) -> tuple[Tensor, ...
     return flash_attention_backward(g, q, k, v, out, lse, scale, causal)
 
 
-# -- conformance samples -----------------------------------------------------------------------------
+# -- conformance samples ---------------------------------------------------------------------------
 def _samples(backward: bool) -> Samples:
     def build(p: Params, ctx: Ctx) -> Example:
         q, k, v, do = qkv(p)
@@ -141,8 +152,12 @@ def _samples(backward: bool) -> Samples:
     return Samples(build, EDGES, draw, bench=BENCH)
 
 
-_TOL = Tolerances(Tolerance(1e-4, 1e-4), Tolerance(1e-10, 1e-10), scale=score_scale,
-                  why="online rescaling across tiles; scores carry their ulps")
+_TOL = Tolerances(
+    Tolerance(1e-4, 1e-4),
+    Tolerance(1e-10, 1e-10),
+    scale=score_scale,
+    why="online rescaling across tiles; scores carry their ulps",
+)
 _TOL_B = Tolerances(Tolerance(2e-4, 2e-4), Tolerance(1e-10, 1e-10), scale=score_scale,
                     why="probabilities rebuilt from lse, four accumulating products")  # fmt: skip
 

@@ -18,14 +18,25 @@ from ...errors import ShapeError
 from ...tensor import Tensor
 from .. import checks
 from ..dispatch import Out, dispatch
-from ..primitive.binary import add, add_scalar, maximum, minimum, mul, mul_scalar, pow_scalar
-from ..primitive.memory import full_like
-from ..primitive.binary import sub
-from ..primitive.select import compare, where
-from ..primitive.unary import abs, exp, neg, tanh
-from ..samples import Arr, Ctx, Draw, Example, Params, Samples, edges, error, label, normal
-from ..samples import rng_of, with_specials
 from ..opunit import OpUnit, Tolerance, Tolerances, register
+from ..primitive.binary import add, add_scalar, maximum, minimum, mul, mul_scalar, pow_scalar, sub
+from ..primitive.memory import full_like
+from ..primitive.select import compare, where
+from ..primitive.unary import abs, exp, neg
+from ..samples import (
+    Arr,
+    Ctx,
+    Draw,
+    Example,
+    Params,
+    Samples,
+    edges,
+    error,
+    label,
+    normal,
+    rng_of,
+    with_specials,
+)
 
 APPROXIMATIONS: tuple[str, ...] = ("tanh", "none")
 _K = math.sqrt(2.0 / math.pi)
@@ -116,24 +127,28 @@ def _cdf(x: Tensor) -> Tensor:
     return mul_scalar(add_scalar(erf(mul_scalar(x, 1.0 / math.sqrt(2.0))), 1.0), 0.5)
 
 
-def _tanh_inner(x: Tensor) -> Tensor:
-    return tanh(mul_scalar(add(x, mul_scalar(pow_scalar(x, 3.0), 0.044715)), _K))
+def _sigmoid_2u(x: Tensor) -> Tensor:
+    """``(1 + tanh(u)) / 2 = 1 / (1 + exp(-2u))`` with ``u = sqrt(2/pi)(x + 0.044715 x^3)``.
+
+    The sigmoid form never cancels: for large negative x, ``1 + tanh(u)`` is 1 - 1 and a
+    one-ulp tanh error times x becomes 1e-4 at x = -1e4, while ``exp(-2u)`` overflows to
+    inf and gives exactly 0."""
+    u = mul_scalar(add(x, mul_scalar(pow_scalar(x, 3.0), 0.044715)), _K)
+    return pow_scalar(add_scalar(exp(mul_scalar(u, -2.0)), 1.0), -1.0)
 
 
 def gelu_composite(x: Tensor, approximate: str) -> Tensor:
     if approximate == "tanh":
-        return mul(mul_scalar(x, 0.5), add_scalar(_tanh_inner(x), 1.0))
+        return mul(x, _sigmoid_2u(x))
     return mul(x, _cdf(x))
 
 
 def gelu_backward_composite(dy: Tensor, x: Tensor, approximate: str) -> Tensor:
     if approximate == "tanh":
-        t = _tanh_inner(x)
-        x2 = mul(x, x)
-        dinner = mul_scalar(add_scalar(mul_scalar(x2, 3 * 0.044715), 1.0), _K)
-        sech2 = add_scalar(neg(mul(t, t)), 1.0)
-        grad = add(mul_scalar(add_scalar(t, 1.0), 0.5), mul(mul_scalar(x, 0.5), mul(sech2, dinner)))
-        return mul(dy, grad)
+        s = _sigmoid_2u(x)  # d/dx [x s] = s + x * 2 s (1 - s) * du/dx
+        du = mul_scalar(add_scalar(mul_scalar(mul(x, x), 3 * 0.044715), 1.0), 2 * _K)
+        ds = mul(mul(s, add_scalar(neg(s), 1.0)), du)
+        return mul(dy, add(s, mul(x, ds)))
     pdf = mul_scalar(exp(mul_scalar(mul(x, x), -0.5)), 1.0 / math.sqrt(2.0 * math.pi))
     return mul(dy, add(_cdf(x), mul(x, pdf)))
 

@@ -17,13 +17,12 @@ from ...errors import ShapeError
 from ...tensor import Tensor
 from .. import checks
 from ..dispatch import Out, dispatch
+from ..opunit import OpUnit, Tolerance, Tolerances, register
 from ..primitive.binary import add, add_scalar, mul, sub
 from ..primitive.memory import copy_strided
 from ..primitive.reduce import mean, sum
 from ..primitive.unary import rsqrt
-from ..samples import Arr, Ctx, Draw, Example, Params, Samples, edges, error, label, normal
-from ..samples import rng_of
-from ..opunit import OpUnit, Tolerance, Tolerances, register
+from ..samples import Arr, Ctx, Draw, Example, Params, Samples, edges, error, label, normal, rng_of
 from .softmax import along_rows
 
 
@@ -116,7 +115,7 @@ def _layer_norm_vjp(g: Tensor, args: Any, outs: Any, needs: Any) -> tuple[Tensor
     return layer_norm_backward(g, x, gamma, mu, r)
 
 
-# -- conformance samples -------------------------------------------------------------------------------
+# -- conformance samples ---------------------------------------------------------------------------
 def _inputs(p: Params) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     rng = rng_of(p)
     shape = p["shape"]

@@ -15,13 +15,12 @@ import numpy as np
 from ...tensor import Tensor
 from .. import checks
 from ..dispatch import Out, dispatch
+from ..opunit import OpUnit, Tolerance, Tolerances, register
 from ..primitive.binary import div, mul, sub
 from ..primitive.memory import full_like
 from ..primitive.reduce import max, sum
 from ..primitive.unary import exp
-from ..samples import Arr, Ctx, Draw, Example, Params, Samples, edges, error, label, normal
-from ..samples import rng_of
-from ..opunit import OpUnit, Tolerance, Tolerances, register
+from ..samples import Arr, Ctx, Draw, Example, Params, Samples, edges, error, label, normal, rng_of
 
 
 class SoftmaxMethods(Protocol):
@@ -74,7 +73,7 @@ def _softmax_vjp(g: Tensor, args: Any, y: Tensor, needs: Any) -> tuple[Tensor]:
     return (softmax_backward(g, y),)
 
 
-# -- conformance samples -----------------------------------------------------------------------------
+# -- conformance samples ---------------------------------------------------------------------------
 def softmax_input(p: Params) -> np.ndarray:
     rng = rng_of(p)
     x = normal(rng, p["shape"], 3.0)

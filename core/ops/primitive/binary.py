@@ -18,9 +18,24 @@ from ...errors import DTypeError
 from ...tensor import Tensor
 from .. import checks
 from ..dispatch import Out, dispatch
-from ..samples import Arr, Ctx, Draw, Example, Params, Samples, edges, error, grid, label
-from ..samples import log_uniform, normal, rng_of, signed_away_from_zero, with_specials
 from ..opunit import OpUnit, Tolerance, Tolerances, register
+from ..samples import (
+    Arr,
+    Ctx,
+    Draw,
+    Example,
+    Params,
+    Samples,
+    edges,
+    error,
+    grid,
+    label,
+    log_uniform,
+    normal,
+    rng_of,
+    signed_away_from_zero,
+    with_specials,
+)
 from .select import compare
 
 FLOATS = checks.FLOATS
@@ -111,9 +126,7 @@ def _scalar(unit: OpUnit, x: Tensor, value: Any) -> Tensor:
     tv = type(value)
     if not (type(x) is Tensor and (tv is float or tv is int) and x.dtype in FLOATS):
         checks.tensor(unit.name, x)
-        if not isinstance(value, (int, float, np.integer, np.floating)) or isinstance(
-            value, bool
-        ):
+        if not isinstance(value, (int, float, np.integer, np.floating)) or isinstance(value, bool):
             raise DTypeError(
                 f"[{unit.name}] scalar must be a Python number; got {type(value).__name__}"
             )
@@ -179,7 +192,7 @@ def _pow_scalar_vjp(g: Tensor, args: Any, y: Tensor, needs: Any) -> tuple[Tensor
     return (mul(g, mul_scalar(pow_scalar(x, p - 1.0), p)),)
 
 
-# -- conformance samples ----------------------------------------------------------------------------
+# -- conformance samples ---------------------------------------------------------------------------
 EDGES = edges(
     {"label": "size-1 axes", "shape": (1, 1, 1)},
     {"label": "odd sizes", "shape": (3, 67)},

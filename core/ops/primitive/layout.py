@@ -16,9 +16,21 @@ from ...errors import ShapeError
 from ...tensor import Tensor
 from .. import checks
 from ..dispatch import Out, dispatch
-from ..samples import SIZES, Arr, Ctx, Draw, Example, Params, Samples, edges, error, label
-from ..samples import normal, rng_of
 from ..opunit import EXACT_TOLERANCES, OpUnit, register
+from ..samples import (
+    SIZES,
+    Arr,
+    Ctx,
+    Draw,
+    Example,
+    Params,
+    Samples,
+    edges,
+    error,
+    label,
+    normal,
+    rng_of,
+)
 
 
 class LayoutMethods(Protocol):
@@ -62,7 +74,7 @@ def _concat_vjp(g: Tensor, args: Any, y: Tensor, needs: Any) -> tuple[Tensor, ..
     return tuple(split_last_axis(g, [x.shape[-1] for x in args[0]]))
 
 
-# -- conformance samples -----------------------------------------------------------------------------
+# -- conformance samples ---------------------------------------------------------------------------
 def _build_concat(p: Params, ctx: Ctx) -> Example:
     rng = rng_of(p)
     pieces = [Arr(normal(rng, p["lead"] + (w,)), layout=p["layout"]) for w in p["widths"]]

@@ -11,15 +11,30 @@ from __future__ import annotations
 import builtins
 from typing import Any, Protocol
 
+import numpy as np
+
 from ...errors import ShapeError
 from ...tensor import Tensor
 from .. import checks
 from ..dispatch import Out, dispatch
-from ..samples import SMALL_SIZES, SIZES, Arr, Ctx, Draw, Example, Params, Samples, edges, error
-from ..samples import label, normal, rms, rng_of, with_specials
 from ..opunit import OpUnit, Tolerance, Tolerances, register
-
-import numpy as np
+from ..samples import (
+    SIZES,
+    SMALL_SIZES,
+    Arr,
+    Ctx,
+    Draw,
+    Example,
+    Params,
+    Samples,
+    edges,
+    error,
+    label,
+    normal,
+    rms,
+    rng_of,
+    with_specials,
+)
 
 FLOATS = checks.FLOATS
 
@@ -78,7 +93,7 @@ def _matmul_vjp(g: Tensor, args: Any, y: Tensor, needs: Any) -> tuple[Tensor | N
     return ga, gb
 
 
-# -- conformance samples ------------------------------------------------------------------------------
+# -- conformance samples ---------------------------------------------------------------------------
 def _draw(d: Draw) -> Params:
     return {
         "batch": tuple(d.choice(SMALL_SIZES) for _ in range(d.integer(0, 2))),
@@ -140,7 +155,8 @@ MATMUL = OpUnit(
     vjp=_matmul_vjp, differentiable=(0, 1),
     tolerance=Tolerances(Tolerance(1e-6, 1e-5), Tolerance(1e-14, 1e-12), scale=_scale,
                          why="accumulation order is the backend's; atol per unit of K*rms*rms"),
-    samples=Samples(_build, EDGES, _draw, bench=_e("bench", (), 512, 512, 512, False, False)), cost=_cost,
+    samples=Samples(_build, EDGES, _draw, bench=_e("bench", (), 512, 512, 512, False, False)),
+    cost=_cost,
     errors=(
         error("matmul_inner_dims", "matmul", lambda t: matmul(t.f(2, 3), t.f(4, 5))),
         error("matmul_transpose_b_dims", "matmul",

@@ -19,9 +19,21 @@ from ...errors import BackendContractError, OutOfMemoryError, RiftcoError, Shape
 from ...tensor import Tensor
 from .. import checks, deferred
 from ..dispatch import Out, dispatch
-from ..samples import LAYOUTS, Arr, Ctx, Draw, Example, Params, Samples, edges, error, label
-from ..samples import normal, rng_of
 from ..opunit import EXACT_TOLERANCES, OpUnit, register
+from ..samples import (
+    LAYOUTS,
+    Arr,
+    Ctx,
+    Draw,
+    Example,
+    Params,
+    Samples,
+    edges,
+    error,
+    label,
+    normal,
+    rng_of,
+)
 
 
 class MemoryMethods(Protocol):

@@ -21,9 +21,23 @@ from ...errors import ShapeError
 from ...tensor import Tensor
 from .. import checks
 from ..dispatch import Out, dispatch
-from ..samples import Arr, Ctx, Draw, Example, Params, Samples, edges, error, grid, label
-from ..samples import normal, rms, rng_of, with_specials
 from ..opunit import EXACT_TOLERANCES, OpUnit, Tolerance, Tolerances, register
+from ..samples import (
+    Arr,
+    Ctx,
+    Draw,
+    Example,
+    Params,
+    Samples,
+    edges,
+    error,
+    grid,
+    label,
+    normal,
+    rms,
+    rng_of,
+    with_specials,
+)
 from .binary import div, mul, mul_scalar
 from .select import compare
 
@@ -100,7 +114,9 @@ def sum_to_shape(x: Tensor, shape: Sequence[int]) -> Tensor:
     if x.shape == shape:
         return x
     lead = x.ndim - len(shape)
-    if lead < 0 or builtins.any(s not in (1, d) for s, d in zip(shape, x.shape[lead:], strict=True)):
+    if lead < 0 or builtins.any(
+        s not in (1, d) for s, d in zip(shape, x.shape[lead:], strict=True)
+    ):
         raise ShapeError(f"[sum_to_shape] cannot sum shape {x.shape} down to {shape}")
     axes = tuple(range(lead)) + tuple(
         lead + i
@@ -130,7 +146,7 @@ def _max_vjp(g: Tensor, args: Any, y: Tensor, needs: Any) -> tuple[Tensor]:
     return (mul(mask, share.broadcast_to(x.shape)),)
 
 
-# -- conformance samples ------------------------------------------------------------------------------
+# -- conformance samples ---------------------------------------------------------------------------
 def _draw_reduce(d: Draw) -> Params:
     shape = d.shape(1, 4)
     return {
@@ -238,7 +254,8 @@ MAX = OpUnit(
 ARGMAX = OpUnit(
     "argmax", "primitive", "reduce", ReduceMethods.argmax, function=argmax,
     nan="index of the first NaN", tolerance=EXACT_TOLERANCES,
-    samples=Samples(_build_argmax, _ARGMAX_EDGES, _draw_argmax, bench={"shape": (1024, 1024)}), cost=_reduce_cost,
+    samples=Samples(_build_argmax, _ARGMAX_EDGES, _draw_argmax, bench={"shape": (1024, 1024)}),
+    cost=_reduce_cost,
     errors=(error("argmax_empty_row", "argmax", lambda t: argmax(t.f(3, 0))),
             error("argmax_0d", "argmax", lambda t: argmax(t.f()))),
 )  # fmt: skip

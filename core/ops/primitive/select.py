@@ -18,9 +18,22 @@ from ...errors import ShapeError
 from ...tensor import Tensor
 from .. import checks
 from ..dispatch import Out, dispatch
-from ..samples import Arr, Ctx, Draw, Example, Params, Samples, edges, error, grid, label
-from ..samples import normal, rng_of, with_specials
 from ..opunit import EXACT_TOLERANCES, OpUnit, register
+from ..samples import (
+    Arr,
+    Ctx,
+    Draw,
+    Example,
+    Params,
+    Samples,
+    edges,
+    error,
+    grid,
+    label,
+    normal,
+    rng_of,
+    with_specials,
+)
 from .memory import full_like
 
 COMPARE_OPS: tuple[str, ...] = ("lt", "le", "gt", "ge", "eq", "ne")
@@ -80,7 +93,7 @@ def _where_vjp(g: Tensor, args: Any, y: Tensor, needs: Any) -> tuple[None, Any, 
     )
 
 
-# -- conformance samples -----------------------------------------------------------------------------
+# -- conformance samples ---------------------------------------------------------------------------
 EDGES = edges(
     {"label": "size-1 axes", "shape": (1, 1, 1)},
     {"label": "odd sizes", "shape": (3, 67)},
@@ -161,7 +174,8 @@ def _cost(n_in: int) -> Any:
 WHERE = OpUnit(
     "where", "primitive", "select", SelectMethods.where, function=where,
     nan="cond NaN picks a; NaN values pass through", vjp=_where_vjp, differentiable=(1, 2),
-    tolerance=EXACT_TOLERANCES, samples=Samples(_build_where, EDGES, _draw_shape, bench={"shape": (1024, 1024)}), cost=_cost(3),
+    tolerance=EXACT_TOLERANCES, cost=_cost(3),
+    samples=Samples(_build_where, EDGES, _draw_shape, bench={"shape": (1024, 1024)}),
     errors=(
         error("where_shapes", "where", lambda t: where(t.f(2, 3), t.f(2, 3), t.f(3, 2))),
         error("where_mixed_devices", "where",

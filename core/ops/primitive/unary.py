@@ -15,9 +15,22 @@ import numpy as np
 from ...tensor import Tensor
 from .. import checks
 from ..dispatch import Out, dispatch
-from ..samples import Arr, Ctx, Draw, Example, Params, Samples, edges, error, label, normal
-from ..samples import log_uniform, rng_of, with_specials
 from ..opunit import OpUnit, Tolerance, Tolerances, register
+from ..samples import (
+    Arr,
+    Ctx,
+    Draw,
+    Example,
+    Params,
+    Samples,
+    edges,
+    error,
+    label,
+    log_uniform,
+    normal,
+    rng_of,
+    with_specials,
+)
 from .binary import add_scalar, div, mul, mul_scalar, sub
 from .memory import full_like
 from .select import compare

@@ -97,7 +97,7 @@ void rc_scalar(int op, const float *x, float v, float *y, int64_t n) {
         else if (op == S_MUL) y[i] = x[i] * v;
         /* C pow handles negative bases for integral exponents; riftco's pow of -inf to a
          * fractional power is NaN like any negative base (C99 says +inf there) */
-        else y[i] = (isinf(x[i]) && x[i] < 0 && v != floorf(v)) ? NAN : powf(x[i], v);
+        else y[i] = (isinf(x[i]) && x[i] < 0 && v > 0 && v != floorf(v)) ? NAN : powf(x[i], v);
     }
 }
 
