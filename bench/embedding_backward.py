@@ -21,7 +21,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import riftco  # noqa: E402
 from common import machine, summarize, table, time_calls, write_json  # noqa: E402
-from riftco import fused_ops as F  # noqa: E402
+from riftco import ops as F  # noqa: E402
 from riftco.kernels import fused  # noqa: E402
 
 CASES = {  # name: (n ids, V, C, padding share)

@@ -205,27 +205,29 @@ def _run_domain(backend: Any, sample: ErrorSample) -> CaseResult:
 
 
 # -- protocol cases -------------------------------------------------------------------------------
-def _positional(fn: Any) -> int | None:
+def _positional(fn: Any) -> tuple[int, int] | None:
+    """(required, total) positional parameters; None when it takes ``*args``."""
     try:
         sig = inspect.signature(fn)
     except (TypeError, ValueError):
         return None
     if any(p.kind is p.VAR_POSITIONAL for p in sig.parameters.values()):
         return None
-    return sum(
-        1 for p in sig.parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-    )
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    params = [p for p in sig.parameters.values() if p.kind in kinds]
+    return sum(1 for p in params if p.default is p.empty), len(params)
 
 
 def signature_problems(cls: type) -> list[str]:
-    """Methods whose positional arity differs from their op unit's protocol method."""
+    """Methods that cannot be called with their op unit's arguments (extra parameters with
+    defaults are fine; a missing or an extra required one is not)."""
     problems = []
     for u in units():
         mine = getattr(cls, u.name, None)
         if mine is None or not callable(mine):
             continue
         a, b = _positional(mine), _positional(u.method)
-        if a is not None and b is not None and a != b:
+        if a is not None and b is not None and (a[0] != b[1] or a[1] < b[1]):
             want = inspect.signature(u.method)
             problems.append(f"{u.name}{inspect.signature(mine)} (protocol: {u.name}{want})")
     return problems

@@ -44,6 +44,7 @@ from .ops.fused.embedding import EmbeddingMethods
 from .ops.fused.flash_attention import FlashAttentionMethods
 from .ops.fused.gelu import GeluMethods
 from .ops.fused.layer_norm import LayerNormMethods
+from .ops.fused.linear import LinearMethods
 from .ops.fused.softmax import SoftmaxMethods
 from .ops.opunit import units
 from .ops.primitive.binary import BinaryMethods
@@ -139,6 +140,7 @@ class FusedBackend(
     AttentionMethods,
     FlashAttentionMethods,
     AdamMethods,
+    LinearMethods,
     Protocol,
 ):
     """The optional fused methods, for type checkers (a backend may define any subset)."""

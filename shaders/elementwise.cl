@@ -225,3 +225,15 @@ KERNEL void where_select(GLOBAL T* out ARG(0), GLOBAL const T* cond ARG(1),
         out[i] = RIFTCO_ISZERO(cond[i]) ? y[i] : x[i];
     }
 }
+
+/* y[r, c] += bias[c] in place, for rows of width P[1]: the bias epilogue of ``linear``
+ * (one pass over y while it is still warm, instead of a broadcast copy plus an add). */
+KERNEL void add_row_bias(GLOBAL T* y ARG(0), GLOBAL const T* bias ARG(1),
+                         GLOBAL const int* P ARG(2) THREAD_ARGS) {
+    const int n = P[0];
+    const int cols = P[1];
+    const int i = GID;
+    if (i < n) {
+        y[i] = y[i] + bias[i % cols];
+    }
+}

@@ -368,6 +368,24 @@ class AdamL2InsteadOfDecoupled(Base):
         super().adam_update(param, g, m, v, lr, beta1, beta2, eps, 0.0, step)
 
 
+class LinearBiasOnFirstRowOnly(Base):
+    """An epilogue that adds the bias to row 0 only (a loop bound from a 1-row test)."""
+
+    def linear(self, x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
+        y = view(x) @ view(weight)
+        if y.shape[0]:
+            y[0] += view(bias)
+        return self.result(y, x.dtype)
+
+
+class LinearBackwardBiasGradIsMean(Base):
+    def linear_backward(self, dy: Tensor, x: Tensor, weight: Tensor) -> Any:
+        g = view(dy)
+        db = g.mean(axis=0) if g.shape[0] else np.zeros(g.shape[1], g.dtype)
+        return (self.result(g @ view(weight).T), self.result(view(x).T @ g),
+                self.result(db.astype(g.dtype)))  # fmt: skip
+
+
 class DenseOnlyCopyIgnoresOffset(Base):
     """A backend taking dense operands only, whose copy kernel ignores the view's offset."""
 
@@ -425,4 +443,6 @@ MUTANTS: list[tuple[type[Base], str]] = [
     (AdamWithoutBiasCorrection, "adam_update"),
     (AdamL2InsteadOfDecoupled, "adam_update"),
     (DenseOnlyCopyIgnoresOffset, "copy_strided"),
+    (LinearBiasOnFirstRowOnly, "linear"),
+    (LinearBackwardBiasGradIsMean, "linear_backward"),
 ]

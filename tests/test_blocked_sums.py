@@ -134,7 +134,7 @@ def test_sum_over_middle_and_empty_axes(backend: str) -> None:
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_embedding_backward_of_a_frequent_id(backend: str, rows_f32: np.ndarray) -> None:
     """Half a million rows land on each of two ids: a long per-id sum."""
-    from riftco import fused_ops
+    from riftco import ops as fused_ops
 
     ids = np.zeros(ROWS, np.int32)
     ids[::2] = 1
@@ -150,7 +150,7 @@ def test_embedding_backward_of_a_frequent_id(backend: str, rows_f32: np.ndarray)
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_embedding_backward_keeps_ieee_specials(backend: str) -> None:
-    from riftco import fused_ops
+    from riftco import ops as fused_ops
 
     dy = np.ones((6, 3), np.float32)
     dy[1, 0], dy[2, 1], dy[3, 2], dy[4, 2] = np.inf, np.nan, np.inf, -np.inf

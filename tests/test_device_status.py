@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from riftco import fused_ops as F
+from riftco import ops as F
 from riftco.errors import DomainError
 
 rt = pytest.importorskip("riftco.backends.opencl.runtime", reason="OpenCL runtime import failed")
@@ -119,7 +119,7 @@ def test_several_flagged_ops_are_named_in_one_error(be: Any) -> None:
 
 
 def test_no_status_read_without_an_index_kernel(be: Any) -> None:
-    import riftco.tensor_ops as ops
+    import riftco.ops as ops
 
     reads = be.device_status.reads
     x = be.from_numpy(np.ones(10, np.float32))

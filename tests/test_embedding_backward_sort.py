@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from riftco import fused_ops as F
+from riftco import ops as F
 from riftco.kernels import fused
 
 rt = pytest.importorskip("riftco.backends.opencl.runtime", reason="OpenCL runtime import failed")

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from riftco import fused_ops as F
+from riftco import ops as F
 
 rt = pytest.importorskip("riftco.backends.opencl.runtime", reason="OpenCL runtime import failed")
 _devices, _why = rt.enumerate_devices()

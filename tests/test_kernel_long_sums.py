@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-import riftco.tensor_ops as ops
-from riftco import fused_ops as F
+import riftco.ops as ops
+from riftco import ops as F
 
 rt = pytest.importorskip("riftco.backends.opencl.runtime", reason="OpenCL runtime import failed")
 _devices, _why = rt.enumerate_devices()

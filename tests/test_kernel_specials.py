@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 import pytest
-import riftco.tensor_ops as ops
+import riftco.ops as ops
 from helpers import assert_close as _assert_close
-from riftco import fused_ops as F
+from riftco import ops as F
 
 rt = pytest.importorskip("riftco.backends.opencl.runtime", reason="OpenCL runtime import failed")
 _devices, _why = rt.enumerate_devices()

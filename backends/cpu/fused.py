@@ -129,6 +129,20 @@ class FusedOps:
             np.add.at(out, _v(ids).reshape(-1), _v(dy).reshape(ids.size, c))
         return self.result(out, dy.dtype)
 
+    def linear(self, x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
+        return self.result(_v(x) @ _v(weight) + _v(bias), x.dtype)
+
+    def linear_backward(
+        self, dy: Tensor, x: Tensor, weight: Tensor
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        g, dt = _v(dy), x.dtype
+        dbias = pairwise_sum(g, (0,))  # a long column of rows: pairwise, like sum
+        return (
+            self.result(g @ _v(weight).T, dt),
+            self.result(_v(x).T @ g, dt),
+            self.result(dbias, dt),
+        )
+
     def cross_entropy(self, logits: Tensor, targets: Tensor) -> tuple[Tensor, Tensor]:
         lv, t = _v(logits), _v(targets)
         m = np.max(lv, axis=-1, keepdims=True)

@@ -15,7 +15,7 @@ from .checkpoint import checkpoint
 from .custom_gradient import custom_gradient
 from .domain import flush as check_domain
 from .domain import set_domain_checks
-from .fused import attention, cross_entropy, embedding, gelu, layer_norm, softmax
+from .fused import attention, cross_entropy, embedding, gelu, layer_norm, linear, softmax
 from .gradcheck import gradcheck
 from .graph import Variable, enable_grad, graph_stats, no_grad
 from .indexing import getitem
@@ -78,6 +78,6 @@ __all__ = [
     "add", "sub", "mul", "div", "neg", "power", "matmul", "exp", "log", "sqrt", "tanh",
     "sum", "mean", "max", "reshape", "transpose", "permute", "broadcast_to", "sum_to_shape",
     "getitem", "concatenate_last_axis", "split_last_axis",
-    "gelu", "softmax", "layer_norm", "embedding", "cross_entropy", "attention",
+    "gelu", "softmax", "layer_norm", "linear", "embedding", "cross_entropy", "attention",
     "custom_gradient", "checkpoint", "gradcheck", "set_domain_checks", "check_domain",
 ]  # fmt: skip

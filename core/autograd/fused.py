@@ -18,6 +18,7 @@ from ..ops.fused import embedding as _embedding
 from ..ops.fused import flash_attention as _flash
 from ..ops.fused import gelu as _gelu
 from ..ops.fused import layer_norm as _layer_norm
+from ..ops.fused import linear as _linear
 from ..ops.fused import softmax as _softmax
 from ..tensor import Tensor
 from .apply import apply, as_variable
@@ -35,6 +36,11 @@ def softmax(x: Variable) -> Variable:
 
 def layer_norm(x: Variable, gamma: Variable, beta: Variable, eps: float = 1e-5) -> Variable:
     return apply(_layer_norm.LAYER_NORM, x, gamma, beta, eps)
+
+
+def linear(x: Variable, weight: Variable, bias: Variable) -> Variable:
+    """``x[M, K] @ weight[K, N] + bias[N]``; one fused backward makes dx, dweight, dbias."""
+    return apply(_linear.LINEAR, x, weight, bias)
 
 
 def embedding(table: Variable, ids: Tensor) -> Variable:

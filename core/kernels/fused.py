@@ -73,11 +73,13 @@ def _row_plan(rows: int, cols: int) -> tuple[int, int]:
 
 
 class FusedKernels:
-    """Native fused ops for kernel backends (see ``core/backend.py`` for the semantics)."""
+    """Native fused ops for kernel backends (semantics: each op unit in ``riftco.ops.fused``)."""
 
     empty: Any
     fill: Any
     launch: Any
+    matmul: Any
+    sum: Any
 
     # -- GELU ----------------------------------------------------------------------------
     def gelu(self, x: Tensor, approximate: str) -> Tensor:
@@ -237,6 +239,23 @@ class FusedKernels:
             dtable, dy, pos, starts, ints=(n, c, v), index_dtype=it,
         )  # fmt: skip
         return dtable
+
+    # -- linear ----------------------------------------------------------------------------
+    def linear(self, x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
+        """The product, then the bias added in place: two launches, no broadcast copy."""
+        y: Tensor = self.matmul(x, weight, False, False)
+        if y.size:
+            self.launch("elementwise", "add_row_bias", y.dtype, y.size, y, bias,
+                        ints=(y.size, y.shape[1]))  # fmt: skip
+        return y
+
+    def linear_backward(
+        self, dy: Tensor, x: Tensor, weight: Tensor
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        dx: Tensor = self.matmul(dy, weight, False, True)
+        dw: Tensor = self.matmul(x, dy, True, False)
+        db: Tensor = self.sum(dy, (0,), False)
+        return dx, dw, db
 
     # -- cross-entropy -------------------------------------------------------------------
     def cross_entropy(self, logits: Tensor, targets: Tensor) -> tuple[Tensor, Tensor]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..autograd import Variable, embedding, layer_norm
+from ..autograd import Variable, embedding, layer_norm, linear
 from ..device import Device
 from ..tensor import Tensor
 from .module import Module, parameter
@@ -33,10 +33,9 @@ class Linear(Module):
         self.bias = parameter(np.zeros(fan_out, dtype), device) if bias else None
 
     def forward(self, x: Variable) -> Variable:
-        y = x @ self.weight  # (N, out)
-        if self.bias is not None:
-            y = y + self.bias.broadcast_to(y.shape)
-        return y
+        if self.bias is None:
+            return x @ self.weight  # (N, out)
+        return linear(x, self.weight, self.bias)  # (N, out), bias added in the same call
 
 
 class LayerNorm(Module):

@@ -31,6 +31,7 @@ from .fused.embedding import embedding, embedding_backward
 from .fused.flash_attention import flash_attention, flash_attention_backward
 from .fused.gelu import gelu, gelu_backward
 from .fused.layer_norm import layer_norm, layer_norm_backward
+from .fused.linear import linear, linear_backward
 from .fused.softmax import softmax, softmax_backward
 from .opunit import OpUnit, register, unit, units
 from .primitive.binary import (
@@ -106,5 +107,5 @@ __all__ = [
     "concatenate_last_axis", "split_last_axis", "gelu", "gelu_backward", "softmax",
     "softmax_backward", "layer_norm", "layer_norm_backward", "embedding", "embedding_backward",
     "cross_entropy", "cross_entropy_backward", "attention", "attention_backward",
-    "flash_attention", "flash_attention_backward", "adam_update",
+    "flash_attention", "flash_attention_backward", "adam_update", "linear", "linear_backward",
 ]  # fmt: skip

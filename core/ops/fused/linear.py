@@ -1,0 +1,167 @@
+"""A linear layer in one call: ``x @ weight + bias`` and its backward in one more.
+
+``linear(x[M, K], weight[K, N], bias[N]) -> y[M, N]`` lets a backend add the bias while the
+product is still in cache (an epilogue) instead of a separate broadcast-add pass over
+``y``; ``linear_backward(dy[M, N], x, weight) -> (dx[M, K], dweight[K, N], dbias[N])`` makes
+all three gradients in one call (``dy weightᵀ``, ``xᵀ dy``, the column sums of ``dy``), so a
+backend can share the passes over ``dy``. Weights are stored ``(in, out)`` as in
+``riftco.nn.Linear``. IEEE throughout; K = 0 gives ``y = bias`` in every row; M = 0 gives
+empty ``y`` and ``dx``, zero ``dweight`` and ``dbias``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import numpy as np
+
+from ...errors import ShapeError
+from ...tensor import Tensor
+from .. import checks
+from ..dispatch import Out, dispatch
+from ..opunit import OpUnit, Tolerance, Tolerances, register
+from ..primitive.binary import add
+from ..primitive.matmul import matmul
+from ..primitive.reduce import sum
+from ..samples import SIZES, Arr, Ctx, Draw, Example, Params, Samples, edges, error, label
+from ..samples import normal, rms, rng_of, with_specials
+
+
+class LinearMethods(Protocol):
+    def linear(self, x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
+        """``x[M, K] @ weight[K, N] + bias[N]`` -> ``y[M, N]`` in the operands' dtype."""
+        ...
+
+    def linear_backward(
+        self, dy: Tensor, x: Tensor, weight: Tensor
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """``(dx = dy weightᵀ [M, K], dweight = xᵀ dy [K, N], dbias = column sums of dy [N])``;
+        long column sums accumulate pairwise or in blocks."""
+        ...
+
+
+def _check(op: str, x: Tensor, weight: Tensor) -> tuple[int, int, int]:
+    checks.rank(op, x, 2, "x [M, K]")
+    checks.rank(op, weight, 2, "weight [K, N]")
+    (m, k), (k2, n) = x.shape, weight.shape
+    if k != k2:
+        raise ShapeError(f"[{op}] x {x.shape} @ weight {weight.shape}: inner dims {k} != {k2}")
+    return m, k, n
+
+
+def linear(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
+    backend = checks.float_operands("linear", x, weight, bias)
+    m, _, n = _check("linear", x, weight)
+    checks.shape_is("linear", bias, (n,), "bias")
+    return dispatch(LINEAR, backend, (x, weight, bias), Out((m, n), x.dtype))
+
+
+def linear_backward(dy: Tensor, x: Tensor, weight: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    op = "linear_backward"
+    backend = checks.float_operands(op, dy, x, weight)
+    m, k, n = _check(op, x, weight)
+    checks.shape_is(op, dy, (m, n), "dy")
+    expect = (Out((m, k), x.dtype), Out((k, n), x.dtype), Out((n,), x.dtype))
+    return dispatch(LINEAR_BACKWARD, backend, (dy, x, weight), expect)
+
+
+def linear_composite(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
+    y = matmul(x, weight)
+    return add(y, bias.expand_dims(0).broadcast_to(y.shape))
+
+
+def linear_backward_composite(
+    dy: Tensor, x: Tensor, weight: Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
+    return matmul(dy, weight, False, True), matmul(x, dy, True, False), sum(dy, 0)
+
+
+def _linear_vjp(g: Tensor, args: Any, y: Tensor, needs: Any) -> tuple[Tensor | None, ...]:
+    x, weight, _ = args
+    return linear_backward(g, x, weight)
+
+
+# -- conformance samples -----------------------------------------------------------------------
+def _e(lbl: str, m: int, k: int, n: int, **kw: Any) -> Params:
+    return {"label": lbl, "m": m, "k": k, "n": n, **kw}
+
+
+EDGES = edges(
+    _e("1x1x1", 1, 1, 1),
+    _e("odd sizes", 33, 67, 5),
+    _e("GPT qkv shape", 64, 32, 96),
+    _e("past a 64-tile", 130, 70, 129),
+    _e("K = 0 (y = bias)", 3, 0, 4),
+    _e("M = 0", 0, 5, 4),
+    _e("many rows (column sums)", 4097, 3, 2),
+    _e("x transposed", 9, 17, 3, layout="transposed"),
+    _e("x offset x[1:]", 6, 9, 5, layout="offset"),
+    _e("x rows x[:, :k]", 7, 6, 11, layout="rows"),
+    _e("NaN and inf in x", 6, 5, 4, special=True),
+)
+
+
+def _draw(d: Draw) -> Params:
+    return {"m": d.choice(SIZES), "k": d.choice(SIZES), "n": d.choice(SIZES)}
+
+
+def _samples(backward: bool) -> Samples:
+    def build(p: Params, ctx: Ctx) -> Example:
+        rng = rng_of(p)
+        x = normal(rng, (p["m"], p["k"]))
+        if p.get("special"):
+            x = with_specials(x, rng, np.nan, np.inf)
+        w, b = normal(rng, (p["k"], p["n"])), normal(rng, (p["n"],))
+        xa, wa = Arr(x, layout=p["layout"]), Arr(w, layout=p.get("layout_w", "dense"))
+        if backward:
+            dy = Arr(normal(rng, (p["m"], p["n"])), layout=p["layout"])
+            return Example(label(p), [dy, xa, wa], params=p)
+        return Example(label(p), [xa, wa, Arr(b)], params=p)
+
+    bench = _e("bench", 1024, 512, 512)
+    return Samples(build, EDGES, _draw, layouts=("dense", "transposed", "offset"), bench=bench)
+
+
+def _scale(ex: Example) -> float:
+    """Every output is a sum over K (y, dx's N), or over the M rows (dweight, dbias)."""
+    arrays = [a.value for a in ex.arrays()]
+    terms = max(max(a.shape) for a in arrays if a.ndim == 2)
+    r = max(rms(a) for a in arrays)
+    return float(max(1.0, terms * max(r * r, r)))
+
+
+def _cost(args: list[Any]) -> tuple[int, int]:
+    x, w = args[0], args[1]
+    (m, k), n = x.shape, w.shape[-1]
+    return ((x.size + w.size + m * n) * x.dtype.itemsize, 2 * m * n * max(k, 1))
+
+
+def _cost_backward(args: list[Any]) -> tuple[int, int]:
+    dy, x, w = args
+    (m, k), n = x.shape, w.shape[-1]
+    return ((2 * dy.size + 2 * x.size + 2 * w.size) * x.dtype.itemsize, 4 * m * n * max(k, 1))
+
+
+_TOL = Tolerances(Tolerance(1e-6, 1e-5), Tolerance(1e-14, 1e-12), scale=_scale,
+                  why="sums over K, M or N terms in a backend-chosen order")  # fmt: skip
+
+LINEAR = OpUnit(
+    "linear", "fused", "linear", LinearMethods.linear, function=linear,
+    composite=linear_composite, vjp=_linear_vjp, differentiable=(0, 1, 2), tolerance=_TOL,
+    samples=_samples(False), cost=_cost,
+    errors=(
+        error("linear_inner_dims", "linear", lambda t: linear(t.f(2, 3), t.f(4, 5), t.f(5))),
+        error("linear_bias_shape", "linear", lambda t: linear(t.f(2, 3), t.f(3, 5), t.f(4))),
+        error("linear_rank", "linear", lambda t: linear(t.f(2, 2, 3), t.f(3, 5), t.f(5))),
+    ),
+)  # fmt: skip
+LINEAR_BACKWARD = OpUnit(
+    "linear_backward", "fused", "linear", LinearMethods.linear_backward,
+    function=linear_backward, outputs=("dx", "dweight", "dbias"),
+    composite=linear_backward_composite, tolerance=_TOL, samples=_samples(True),
+    cost=_cost_backward,
+    errors=(error("linear_backward_dy_shape", "linear_backward",
+                  lambda t: linear_backward(t.f(2, 4), t.f(2, 3), t.f(3, 5))),),
+)  # fmt: skip
+
+register(LINEAR, LINEAR_BACKWARD)
