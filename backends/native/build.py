@@ -178,10 +178,15 @@ def _load(module: str, final: Path) -> Any:
     spec = importlib.util.spec_from_file_location(module, path)
     if spec is None or spec.loader is None:
         raise BuildError(f"cannot load {path}")
-    # libgomp reads its settings once, when it loads. Its default is to spin after every
-    # parallel region, which steals the cores numpy's BLAS threads need between our short
-    # kernels (measured: 1.8x the CPU time per training step). Sleep instead, unless the
-    # user chose a policy; the variable is restored so child processes see no change.
+    # libgomp reads its settings once, when it loads. Its default is to spin a few ms after
+    # every parallel region: on a 2-core VM with one other busy process that took a small
+    # training step from 39 to 90 ms (our main thread lost its core to our own spinning
+    # worker); on a quiet machine spinning is ~10% faster (waking a sleeping thread costs
+    # 30-60 us there). Sleep, unless the user chose a policy (OMP_WAIT_POLICY or
+    # GOMP_SPINCOUNT); the variable is restored so child processes see no change.
+    # NOTE: libgomp.so.1 is shared by the whole process: a library that loads it after us
+    # (PyTorch's CPU wheel does) inherits the sleeping policy (its small GPT step: 21 ->
+    # 32 ms); bench/train_step.py runs each contender in its own process for that reason.
     policy_set = "OMP_WAIT_POLICY" in os.environ or "GOMP_SPINCOUNT" in os.environ
     if not policy_set:
         os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
