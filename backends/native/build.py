@@ -49,13 +49,13 @@ void cross_entropy_backward_{s}({t} *dloss, int64_t dloss_stride, {t} *logits, i
                                 {t} *lse, {t} *dl, int64_t n, int64_t V);
 void adam_update_{s}({t} *p, {t} *g, {t} *m, {t} *v, int64_t n, double lr, double b1,
                      double b2, double eps, double wd, double bc1, double bc2);
-int attention_{s}({t} *q, {t} *k, {t} *v, int64_t *st, {t} *out, {t} *probs, int64_t B,
-                  int64_t H, int64_t T, int64_t D, double scale, int causal);
+int attention_{s}({t} *q, {t} *k, {t} *v, int64_t *st, {t} *out, int64_t *ost, {t} *probs,
+                  int64_t B, int64_t H, int64_t T, int64_t D, double scale, int causal);
 int attention_backward_{s}({t} *dout, {t} *q, {t} *k, {t} *v, int64_t *st, {t} *probs,
-                           {t} *dq, {t} *dk, {t} *dv, int64_t B, int64_t H, int64_t T,
-                           int64_t D, double scale);
-int flash_attention_{s}({t} *q, {t} *k, {t} *v, int64_t *st, {t} *out, {t} *lse, int64_t B,
-                        int64_t H, int64_t T, int64_t D, double scale, int causal);
+                           {t} *dq, {t} *dk, {t} *dv, int64_t *ost, int64_t B, int64_t H,
+                           int64_t T, int64_t D, double scale);
+int flash_attention_{s}({t} *q, {t} *k, {t} *v, int64_t *st, {t} *out, int64_t *ost, {t} *lse,
+                        int64_t B, int64_t H, int64_t T, int64_t D, double scale, int causal);
 void blas_matmul_{s}(void *fn, int ta, int tb, int64_t M, int64_t N, int64_t K, {t} *A,
                      int64_t lda, {t} *B, int64_t ldb, {t} *C, int64_t ldc, {t} *bias);
 void blas_matmul_batched_{s}(void *fn, int ta, int tb, int64_t batch, int64_t M, int64_t N,
@@ -71,8 +71,8 @@ void concat_cols_{s}(int64_t n, {t} **src, int64_t *width, int64_t *ld, {t} *out
                      int64_t total);
 void split_cols_{s}({t} *x, int64_t ldx, int64_t rows, int64_t n, int64_t *width, {t} **dst);
 int flash_attention_backward_{s}({t} *dout, {t} *q, {t} *k, {t} *v, {t} *out, int64_t *st,
-                                 {t} *lse, {t} *dq, {t} *dk, {t} *dv, int64_t B, int64_t H,
-                                 int64_t T, int64_t D, double scale, int causal);
+                                 {t} *lse, {t} *dq, {t} *dk, {t} *dv, int64_t *ost, int64_t B,
+                                 int64_t H, int64_t T, int64_t D, double scale, int causal);
 """
 CDEF = (
     "int rift_num_threads(void);\n"
