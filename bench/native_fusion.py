@@ -7,9 +7,9 @@ timed two ways on its real shape, interleaved:
   the product is in cache);
 * backward: ``matmul`` (dX) + ``matmul`` (dW) + ``sum`` (db) (today) vs
   ``linear_backward`` (one parallel region);
-* attention layout: splitting q, k, v out of the fused projection and merging heads back
-  (today: ``split_last_axis`` + ``copy_strided``; backward: ``concatenate_last_axis`` +
-  ``copy_strided``) vs reading/writing them in place (zero: the cost is the copies).
+* attention: q, k, v split out of the fused projection, heads merged back with a copy,
+  dq, dk, dv merged and concatenated (today) vs ``attention_qkv`` and
+  ``attention_qkv_backward`` reading and writing the projection layouts in place.
 
 The per-step saving is the sum over the step's layers of (today - fused), medians.
 
@@ -85,33 +85,57 @@ def linear_rows(config: str, repeat: int) -> list[dict[str, Any]]:
 
 
 def layout_rows(config: str, repeat: int) -> list[dict[str, Any]]:
-    """The copies an attention reading q, k, v from the fused projection would not make."""
+    """Attention today (q, k, v split out of the fused projection, heads as views, output
+    heads merged by a copy; backward: dq, dk, dv heads merged and concatenated) vs
+    ``attention_qkv`` / ``attention_qkv_backward`` reading and writing in place."""
     c = CONFIGS[config]
-    bsz, tlen, width, layers = c["batch"], c["context"], c["width"], c["layers"]
-    heads = c["heads"]
+    bsz, tlen, width, layers, heads = c["batch"], c["context"], c["width"], c["layers"], c["heads"]
+    d = width // heads
     be = riftco.device("native").backend
     rng = np.random.default_rng(1)
 
     def t(*shape: int) -> riftco.Tensor:
         return riftco.tensor(rng.standard_normal(shape).astype(np.float32), device="native")
 
-    qkv = t(bsz * tlen, 3 * width)
-    merged = t(bsz, heads, tlen, width // heads).permute(0, 2, 1, 3)  # (B, T, H, D) view
-    grads = [t(bsz * tlen, width) for _ in range(3)]
-    r = median_us({
-        "split q,k,v": lambda: ops.split_last_axis(qkv, [width] * 3),
-        "merge heads": lambda: be.copy_strided(merged),
-        "concat dq,dk,dv": lambda: ops.concatenate_last_axis(grads),
-    }, repeat)  # fmt: skip
-    # per layer: forward split + merge; backward concat + one head merge of d(out)
-    per_layer = r["split q,k,v"] + 2 * r["merge heads"] + r["concat dq,dk,dv"]
-    rows = [{"config": config, "layer": name, "shape": f"B{bsz} T{tlen} C{width}",
-             "pass": "layout", "per_step": layers, "today_us": us, "fused_us": 0.0,
-             "saved_ms_per_step": us * layers / 1e3 * (2 if name == "merge heads" else 1)}
-            for name, us in r.items()]  # fmt: skip
-    rows.append({"config": config, "layer": "all layout copies", "pass": "layout",
-                 "per_step": layers, "today_us": per_layer, "fused_us": 0.0,
-                 "saved_ms_per_step": per_layer * layers / 1e3})  # fmt: skip
+    qkv, dout = t(bsz, tlen, 3 * width), t(bsz, tlen, width)
+    scale = 1.0 / d**0.5
+
+    def heads_of(x: riftco.Tensor) -> riftco.Tensor:  # [B, T, C] -> [B, H, T, D] view
+        return x.reshape(bsz, tlen, heads, d).permute(0, 2, 1, 3)
+
+    def today_fwd(flash: bool) -> tuple:
+        q, k, v = (heads_of(p) for p in ops.split_last_axis(qkv, [width] * 3))
+        fn = be.flash_attention if flash else be.attention
+        out, stat = fn(q, k, v, scale, True)
+        return be.copy_strided(out.permute(0, 2, 1, 3)), stat, (q, k, v, out)
+
+    def today_bwd(flash: bool, saved: tuple) -> Any:
+        stat, (q, k, v, out) = saved[1], saved[2]
+        do = heads_of(dout)
+        if flash:
+            grads = be.flash_attention_backward(do, q, k, v, out, stat, scale, True)
+        else:
+            grads = be.attention_backward(do, q, k, v, stat, scale)
+        merged = [be.copy_strided(g.permute(0, 2, 1, 3)).reshape(bsz, tlen, width) for g in grads]
+        return ops.concatenate_last_axis(merged)
+
+    rows = []
+    for flash in (False, True):
+        saved = today_fwd(flash)
+        out_f, stat_f = be.attention_qkv(qkv, heads, scale, True, flash)
+        r = median_us({
+            "fwd today": lambda flash=flash: today_fwd(flash),
+            "fwd fused": lambda flash=flash: be.attention_qkv(qkv, heads, scale, True, flash),
+            "bwd today": lambda flash=flash, saved=saved: today_bwd(flash, saved),
+            "bwd fused": lambda flash=flash, o=out_f, s=stat_f: be.attention_qkv_backward(
+                dout, qkv, o, s, heads, scale, True, flash),
+        }, repeat)  # fmt: skip
+        for what in ("fwd", "bwd"):
+            today, fused = r[f"{what} today"], r[f"{what} fused"]
+            rows.append({"config": config, "layer": "attention " + ("flash" if flash else "mat."),
+                         "shape": f"B{bsz} T{tlen} C{width}", "pass": what, "per_step": layers,
+                         "today_us": today, "fused_us": fused,
+                         "saved_ms_per_step": (today - fused) * layers / 1e3})  # fmt: skip
     return rows
 
 
@@ -129,12 +153,14 @@ def main() -> None:
     print(table(rows, ["config", "layer", "shape", "pass", "today_us", "fused_us",
                        "saved_ms_per_step"]))  # fmt: skip
     for config in args.configs.split(","):
-        mine = [r for r in rows if r["config"] == config and r["layer"] != "all layout copies"]
-        lin = sum(r["saved_ms_per_step"] for r in mine if r["pass"] != "layout")
-        lay = sum(r["saved_ms_per_step"] for r in rows
-                  if r["config"] == config and r["layer"] == "all layout copies")  # fmt: skip
-        print(f"{config}: fused linear saves {lin:.2f} ms/step, in-place attention layout "
-              f"{lay:.2f} ms/step")  # fmt: skip
+        mine = [r for r in rows if r["config"] == config]
+        lin = sum(r["saved_ms_per_step"] for r in mine if not r["layer"].startswith("attention"))
+        att = {m: sum(r["saved_ms_per_step"] for r in mine if r["layer"] == f"attention {m}")
+               for m in ("mat.", "flash")}  # fmt: skip
+        print(
+            f"{config}: fused linear saves {lin:.2f} ms/step; attention from the fused "
+            f"projection {att['mat.']:.2f} (materialised) / {att['flash']:.2f} (flash)"
+        )
     path = write_json("native_fusion", {"machine": host, "repeat": args.repeat, "rows": rows})
     print(f"wrote {path}")
 

@@ -11,8 +11,12 @@ installed. All of them start from riftco's initial weights. numpy/OpenBLAS/OpenM
 PyTorch get the same thread count (``--threads``, default: every core), set in the
 environment before numpy is imported and recorded in the JSON.
 
-    python bench/train_step.py [--configs small,large] [--backends cpu,opencl]
-                               [--steps 20] [--quick] [--refs torch,tinygrad]
+Each contender runs in its own process (``isolated.py`` says why: a shared libgomp made
+PyTorch 1.5x slower next to riftco's native backend); ``--in-process`` runs them all in
+this one, as before, for comparison.
+
+    python bench/train_step.py [--configs small,large] [--backends cpu,opencl:1]
+                               [--steps 20] [--quick] [--refs torch,tinygrad] [--in-process]
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ THREAD_ENV = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 for _name in THREAD_ENV:
     os.environ[_name] = str(THREADS)
 
+import json  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
@@ -44,6 +49,7 @@ from typing import Any  # noqa: E402
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import isolated  # noqa: E402
 import references as refs  # noqa: E402
 import riftco  # noqa: E402
 from common import machine, summarize, table, write_json  # noqa: E402
@@ -102,83 +108,125 @@ def riftco_step(
     return step, model
 
 
-def contenders(config: str, backends: list[str], wanted_refs: set[str]) -> tuple[dict, list]:
-    """name -> (step fn, info); plus a list of skip lines (reason strings)."""
-    out: dict[str, tuple[refs.Step, dict[str, Any]]] = {}
+def specs(config: str, backends: list[str], wanted_refs: set[str]) -> tuple[list, list]:
+    """``[(name, spec, info)]`` of every contender to run, plus skip lines (reasons)."""
+    out: list[tuple[str, dict[str, Any], dict[str, Any]]] = []
     skipped: list[str] = []
-    weights = None
     for backend in backends:
         for mode in MODES:
-            cfg, batch = model_config(config, mode)
-            batches = make_batches(cfg, batch)
-            try:
-                step, model = riftco_step(backend, cfg, batches)
-            except Exception as exc:  # an unavailable backend is reported, not fatal
-                skipped.append(f"riftco {backend}/{mode}: {type(exc).__name__}: {exc}")
-                break
-            if weights is None:
-                weights = model.state_dict()
-            out[f"riftco {backend} {mode[:5]}"] = (
-                step,
-                {"framework": "riftco", "backend": backend, "attention": mode},
-            )
-    cfg, batch = model_config(config)
-    batches = make_batches(cfg, batch)
-    if weights is None:
-        weights = GPT(cfg, device="cpu", seed=0).state_dict()
+            spec = {"kind": "riftco", "config": config, "backend": backend, "mode": mode}
+            info = {"framework": "riftco", "backend": backend, "attention": mode}
+            out.append((f"riftco {backend} {mode[:5]}", spec, info))
     if "torch" in wanted_refs:
         if refs.torch_version() is None:
             skipped.append("torch: not installed (optional; pip install torch)")
         else:
-            step = refs.torch_step(weights, cfg, batches, LR, WEIGHT_DECAY, THREADS)
-            out["torch eager cpu"] = (step, {"framework": f"torch {refs.torch_version()}",
-                                             "backend": "cpu", "attention": "sdpa"})  # fmt: skip
+            info = {"framework": f"torch {refs.torch_version()}", "backend": "cpu",
+                    "attention": "sdpa"}  # fmt: skip
+            out.append(("torch eager cpu", {"kind": "torch", "config": config}, info))
     if "tinygrad" in wanted_refs:
         if refs.tinygrad_version() is None:
             skipped.append("tinygrad: not installed (optional; pip install tinygrad)")
         else:
             for dev in ("CPU", "CL"):
-                try:
-                    step = refs.tinygrad_step(weights, cfg, batches, LR, WEIGHT_DECAY, dev)
-                    step()  # compile errors show here, not in the timed loop
-                except Exception as exc:  # a missing compiler or device: skip with the reason
-                    hint = (
-                        " (tinygrad's CPU device compiles with clang)"
-                        if "clang" in str(exc)
-                        else ""
-                    )
-                    skipped.append(f"tinygrad {dev}: {type(exc).__name__}: {str(exc)[:200]}{hint}")
-                    continue
-                out[f"tinygrad jit {dev.lower()}"] = (
-                    step, {"framework": f"tinygrad {refs.tinygrad_version()}",
-                           "backend": dev.lower(), "attention": "sdpa"})  # fmt: skip
+                info = {"framework": f"tinygrad {refs.tinygrad_version()}",
+                        "backend": dev.lower(), "attention": "sdpa"}  # fmt: skip
+                spec = {"kind": "tinygrad", "config": config, "device": dev}
+                out.append((f"tinygrad jit {dev.lower()}", spec, info))
     return out, skipped
 
 
-def run_config(config: str, backends: list[str], wanted: set[str], steps: int, warmup: int) -> dict:
-    runs, skipped = contenders(config, backends, wanted)
+def build(spec: dict[str, Any]) -> refs.Step:
+    """The step function of one contender; every one starts from riftco's initial weights
+    (``GPT(..., seed=0)`` gives the same numbers on every backend)."""
+    cfg, batch = model_config(spec["config"], spec.get("mode", "materialized"))
+    batches = make_batches(cfg, batch)
+    if spec["kind"] == "riftco":
+        return riftco_step(spec["backend"], cfg, batches)[0]
+    weights = GPT(cfg, device="cpu", seed=0).state_dict()
+    if spec["kind"] == "torch":
+        return refs.torch_step(weights, cfg, batches, LR, WEIGHT_DECAY, THREADS)
+    try:
+        return refs.tinygrad_step(weights, cfg, batches, LR, WEIGHT_DECAY, spec["device"])
+    except Exception as exc:
+        if "clang" in str(exc):
+            raise RuntimeError(f"{exc} (tinygrad's CPU device compiles with clang)") from exc
+        raise
+
+
+class _InProcess:
+    """The :class:`isolated.Worker` interface around a step built in this process."""
+
+    def __init__(self, spec: dict[str, Any]) -> None:
+        self._spec = spec
+
+    def ready(self) -> float:
+        self._step = build(self._spec)
+        return self._step()
+
+    def step(self) -> float:
+        t0 = time.perf_counter()
+        self._step()
+        return time.perf_counter() - t0
+
+    def close(self) -> None:
+        self._step = None
+
+
+def run_config(
+    config: str,
+    backends: list[str],
+    wanted: set[str],
+    steps: int,
+    warmup: int,
+    isolate: bool,
+    gap: float,
+    block: int,
+    settle: int,
+) -> dict:
+    todo, skipped = specs(config, backends, wanted)
+    runs: dict[str, Any] = {}
+    info: dict[str, dict[str, Any]] = {}
+    first_loss: dict[str, float] = {}
+    failed_backends: set[str] = set()
+    for name, spec, meta in todo:
+        if spec.get("backend") in failed_backends:
+            continue
+        worker = isolated.Worker(spec, THREADS) if isolate else _InProcess(spec)
+        try:
+            first_loss[name] = worker.ready()
+        except Exception as exc:  # an unavailable backend or reference: reported, not fatal
+            skipped.append(f"{name}: {type(exc).__name__}: {str(exc)[:300]}")
+            if spec["kind"] == "riftco":
+                failed_backends.add(spec["backend"])
+            continue
+        for _ in range(warmup - 1):
+            worker.step()
+        runs[name], info[name] = worker, meta
     for line in skipped:
         print(f"  skip {line}")
-    first_loss: dict[str, float] = {}
-    for name, (step, _) in runs.items():
-        first_loss[name] = step()
-        for _ in range(warmup - 1):
-            step()
     samples: dict[str, list[float]] = {name: [] for name in runs}
     names = list(runs)
-    for i in range(steps):
-        rot = i % len(names)  # rotate who goes first: no contender always runs on a cold cache
-        for name in names[rot:] + names[:rot]:
-            t0 = time.perf_counter()
-            runs[name][0]()
-            samples[name].append(time.perf_counter() - t0)
+    rounds = -(-steps // block)
+    try:
+        for i in range(rounds):
+            rot = i % len(names)  # rotate who goes first: no contender always runs on a cold cache
+            for name in names[rot:] + names[:rot]:
+                time.sleep(gap)  # the last contender's spinning BLAS/OpenMP threads go idle
+                for _ in range(settle):  # untimed: wakes this contender's threads and caches
+                    runs[name].step()
+                for _ in range(min(block, steps - i * block)):
+                    samples[name].append(runs[name].step())
+    finally:
+        for worker in runs.values():
+            worker.close()
     rows = []
     torch_med = None
     if "torch eager cpu" in samples:
         torch_med = summarize(samples["torch eager cpu"])["median_ms"]
     for name in names:
         s = summarize(samples[name])
-        row = {"config": config, "contender": name, **runs[name][1], **s,
+        row = {"config": config, "contender": name, **info[name], **s,
                "first_loss": round(first_loss[name], 5)}  # fmt: skip
         row["vs_torch"] = s["median_ms"] / torch_med if torch_med else None
         rows.append(row)
@@ -194,7 +242,25 @@ def main() -> None:
     ap.add_argument("--refs", default="torch,tinygrad", help="optional references to include")
     ap.add_argument("--threads", type=int, default=THREADS, help="BLAS/torch threads")
     ap.add_argument("--quick", action="store_true", help="small config, 5 steps")
+    ap.add_argument(
+        "--in-process",
+        action="store_true",
+        help="all contenders in this process (shared OpenMP/BLAS runtimes)",
+    )
+    ap.add_argument("--block", type=int, default=5,
+                    help="timed steps per turn: contenders take turns of back-to-back steps, "
+                    "the steady state a training loop sees")  # fmt: skip
+    ap.add_argument("--settle", type=int, default=1, help="untimed steps opening each turn")
+    ap.add_argument("--gap", type=float, default=0.25,
+                    help="seconds between turns: OpenBLAS threads spin ~0.1 s, libgomp's a "
+                    "few ms; a gap keeps one contender's spinning out of the next one's "
+                    "turn")  # fmt: skip
+    ap.add_argument("--worker", help=argparse.SUPPRESS)  # internal: one contender (isolated.py)
     args = ap.parse_args()
+    if args.worker:
+        spec = json.loads(args.worker)
+        isolated.serve(lambda: build(spec))
+        return
     if args.quick:
         args.steps, args.warmup = min(args.steps, 5), 2
         if args.configs == "small,large":
@@ -202,21 +268,27 @@ def main() -> None:
     backends = [b for b in args.backends.split(",") if b] or available_backends()
     wanted = {r for r in args.refs.split(",") if r}
     print(f"threads {THREADS} ({', '.join(THREAD_ENV)}); backends {backends}; "
-          f"{args.steps} timed steps after {args.warmup} warm-up")  # fmt: skip
+          f"{args.steps} timed steps after {args.warmup} warm-up, in turns of "
+          f"{args.settle} + {args.block}; "
+          f"{'one process' if args.in_process else 'one process per contender'}")  # fmt: skip
     host = machine()
     print(f"machine: {host['summary']}")
     results: dict[str, Any] = {}
     rows: list[dict[str, Any]] = []
     for config in args.configs.split(","):
         print(f"config {config}: {CONFIGS[config]}")
-        results[config] = run_config(config, backends, wanted, args.steps, args.warmup)
+        isolate = not args.in_process
+        results[config] = run_config(config, backends, wanted, args.steps, args.warmup,
+                                     isolate, args.gap, args.block, args.settle)  # fmt: skip
         rows += results[config]["rows"]
     print(table(rows, ["config", "contender", "median_ms", "min_ms", "vs_torch", "first_loss"]))
     env = {k: os.environ.get(k) for k in (*THREAD_ENV, "POCL_MAX_PTHREAD_COUNT")}
     path = write_json("train_step", {
-        "machine": host, "threads": THREADS, "env": env, "steps": args.steps,
-        "warmup": args.warmup, "configs": {c: CONFIGS[c] for c in results}, "vocab": VOCAB,
-        "lr": LR, "weight_decay": WEIGHT_DECAY, "rows": rows,
+        "machine": host, "threads": THREADS, "isolated": not args.in_process, "env": env,
+        "steps": args.steps, "warmup": args.warmup, "vocab": VOCAB,
+        "configs": {c: CONFIGS[c] for c in results}, "gap_s": args.gap, "block": args.block,
+        "settle": args.settle, "lr": LR,
+        "weight_decay": WEIGHT_DECAY, "rows": rows,
         "skipped": {c: r["skipped"] for c, r in results.items()},
     })  # fmt: skip
     print(f"wrote {path}")

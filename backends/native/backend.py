@@ -26,6 +26,7 @@ from riftco.backends.cpu.backend import CPUBackend, view
 from riftco.tensor import Storage, Tensor, dense_strides
 
 from . import blas, build
+from .attention import NativeAttention
 from .pool import MIN_BYTES, BufferPool
 from .primitives import NativePrimitives
 
@@ -54,7 +55,7 @@ class _SingleThreadedBlas:
             self._blas.set_threads(self._prev)
 
 
-class NativeBackend(NativePrimitives, CPUBackend):
+class NativeBackend(NativeAttention, NativePrimitives, CPUBackend):
     name: ClassVar[str] = "native"
     priority: ClassVar[int] = 5
 
@@ -289,67 +290,6 @@ class NativeBackend(NativePrimitives, CPUBackend):
             ptrs.append(p)
             strides.extend(st)
         return ptrs, self._ffi.new("int64_t[]", strides)
-
-    def _attention_forward(
-        self, op: str, q: Tensor, k: Tensor, v: Tensor, stat_shape: tuple[int, ...],
-        scale: float, causal: bool,
-    ) -> tuple[Tensor, Tensor]:  # fmt: skip
-        """Both forward kernels take q, k, v views and write ``out`` plus one statistic
-        (``probs`` or ``lse``); only the statistic's shape differs."""
-        b, h, t, d = q.shape
-        (qp, kp, vp), st = self._views(q, k, v)
-        out, outp = self._out(q.shape, q.dtype)
-        stat, sp = self._out(stat_shape, q.dtype)
-        status = self._fn(op, q.dtype)(qp, kp, vp, st, outp, sp, b, h, t, d, scale, int(causal))
-        self._check(status, op)
-        return out, stat
-
-    def attention(
-        self, q: Tensor, k: Tensor, v: Tensor, scale: float, causal: bool
-    ) -> tuple[Tensor, Tensor]:
-        b, h, t, _ = q.shape
-        return self._attention_forward("attention", q, k, v, (b, h, t, t), scale, causal)
-
-    def attention_backward(
-        self, dout: Tensor, q: Tensor, k: Tensor, v: Tensor, probs: Tensor, scale: float
-    ) -> tuple[Tensor, Tensor, Tensor]:
-        b, h, t, d = q.shape
-        (dop, qp, kp, vp), st = self._views(dout, q, k, v)
-        dq, dqp = self._out(q.shape, q.dtype)
-        dk, dkp = self._out(q.shape, q.dtype)
-        dv, dvp = self._out(q.shape, q.dtype)
-        status = self._fn("attention_backward", q.dtype)(
-            dop, qp, kp, vp, st, self._in(probs), dqp, dkp, dvp, b, h, t, d, scale
-        )
-        self._check(status, "attention_backward")
-        return dq, dk, dv
-
-    def flash_attention(
-        self, q: Tensor, k: Tensor, v: Tensor, scale: float, causal: bool
-    ) -> tuple[Tensor, Tensor]:
-        return self._attention_forward("flash_attention", q, k, v, q.shape[:-1], scale, causal)
-
-    def flash_attention_backward(
-        self,
-        dout: Tensor,
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
-        out: Tensor,
-        lse: Tensor,
-        scale: float,
-        causal: bool,
-    ) -> tuple[Tensor, Tensor, Tensor]:
-        b, h, t, d = q.shape
-        (dop, qp, kp, vp, op), st = self._views(dout, q, k, v, out)
-        dq, dqp = self._out(q.shape, q.dtype)
-        dk, dkp = self._out(q.shape, q.dtype)
-        dv, dvp = self._out(q.shape, q.dtype)
-        status = self._fn("flash_attention_backward", q.dtype)(
-            dop, qp, kp, vp, op, st, self._in(lse), dqp, dkp, dvp, b, h, t, d, scale, int(causal)
-        )
-        self._check(status, "flash_attention_backward")
-        return dq, dk, dv
 
     # -- optimizer ------------------------------------------------------------------------------
     def adam_update(

@@ -49,13 +49,13 @@ void cross_entropy_backward_{s}({t} *dloss, int64_t dloss_stride, {t} *logits, i
                                 {t} *lse, {t} *dl, int64_t n, int64_t V);
 void adam_update_{s}({t} *p, {t} *g, {t} *m, {t} *v, int64_t n, double lr, double b1,
                      double b2, double eps, double wd, double bc1, double bc2);
-int attention_{s}({t} *q, {t} *k, {t} *v, int64_t *st, {t} *out, {t} *probs, int64_t B,
-                  int64_t H, int64_t T, int64_t D, double scale, int causal);
+int attention_{s}({t} *q, {t} *k, {t} *v, int64_t *st, {t} *out, int64_t *ost, {t} *probs,
+                  int64_t B, int64_t H, int64_t T, int64_t D, double scale, int causal);
 int attention_backward_{s}({t} *dout, {t} *q, {t} *k, {t} *v, int64_t *st, {t} *probs,
-                           {t} *dq, {t} *dk, {t} *dv, int64_t B, int64_t H, int64_t T,
-                           int64_t D, double scale);
-int flash_attention_{s}({t} *q, {t} *k, {t} *v, int64_t *st, {t} *out, {t} *lse, int64_t B,
-                        int64_t H, int64_t T, int64_t D, double scale, int causal);
+                           {t} *dq, {t} *dk, {t} *dv, int64_t *ost, int64_t B, int64_t H,
+                           int64_t T, int64_t D, double scale);
+int flash_attention_{s}({t} *q, {t} *k, {t} *v, int64_t *st, {t} *out, int64_t *ost, {t} *lse,
+                        int64_t B, int64_t H, int64_t T, int64_t D, double scale, int causal);
 void blas_matmul_{s}(void *fn, int ta, int tb, int64_t M, int64_t N, int64_t K, {t} *A,
                      int64_t lda, {t} *B, int64_t ldb, {t} *C, int64_t ldc, {t} *bias);
 void blas_matmul_batched_{s}(void *fn, int ta, int tb, int64_t batch, int64_t M, int64_t N,
@@ -71,8 +71,8 @@ void concat_cols_{s}(int64_t n, {t} **src, int64_t *width, int64_t *ld, {t} *out
                      int64_t total);
 void split_cols_{s}({t} *x, int64_t ldx, int64_t rows, int64_t n, int64_t *width, {t} **dst);
 int flash_attention_backward_{s}({t} *dout, {t} *q, {t} *k, {t} *v, {t} *out, int64_t *st,
-                                 {t} *lse, {t} *dq, {t} *dk, {t} *dv, int64_t B, int64_t H,
-                                 int64_t T, int64_t D, double scale, int causal);
+                                 {t} *lse, {t} *dq, {t} *dk, {t} *dv, int64_t *ost, int64_t B,
+                                 int64_t H, int64_t T, int64_t D, double scale, int causal);
 """
 CDEF = (
     "int rift_num_threads(void);\n"
@@ -178,10 +178,15 @@ def _load(module: str, final: Path) -> Any:
     spec = importlib.util.spec_from_file_location(module, path)
     if spec is None or spec.loader is None:
         raise BuildError(f"cannot load {path}")
-    # libgomp reads its settings once, when it loads. Its default is to spin after every
-    # parallel region, which steals the cores numpy's BLAS threads need between our short
-    # kernels (measured: 1.8x the CPU time per training step). Sleep instead, unless the
-    # user chose a policy; the variable is restored so child processes see no change.
+    # libgomp reads its settings once, when it loads. Its default is to spin a few ms after
+    # every parallel region: on a 2-core VM with one other busy process that took a small
+    # training step from 39 to 90 ms (our main thread lost its core to our own spinning
+    # worker); on a quiet machine spinning is ~10% faster (waking a sleeping thread costs
+    # 30-60 us there). Sleep, unless the user chose a policy (OMP_WAIT_POLICY or
+    # GOMP_SPINCOUNT); the variable is restored so child processes see no change.
+    # NOTE: libgomp.so.1 is shared by the whole process: a library that loads it after us
+    # (PyTorch's CPU wheel does) inherits the sleeping policy (its small GPT step: 21 ->
+    # 32 ms); bench/train_step.py runs each contender in its own process for that reason.
     policy_set = "OMP_WAIT_POLICY" in os.environ or "GOMP_SPINCOUNT" in os.environ
     if not policy_set:
         os.environ["OMP_WAIT_POLICY"] = "PASSIVE"

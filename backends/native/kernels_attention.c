@@ -6,6 +6,10 @@
  * (b, h) per task); each task owns its slices of dq, dk and dv, so nothing races and the
  * summation order never depends on the thread count.
  *
+ * Outputs (out, dq, dk, dv) are written through (b, h, t) strides too (`ost`, contiguous
+ * last axis): dense [B, H, T, D], or straight into the [B*T, H*D] rows a projection reads
+ * (no head merge), or into the q, k, v thirds of one [B*T, 3*H*D] gradient (no concat).
+ *
  * Every product goes through one small register-blocked GEMM (4 rows x 64 bytes of
  * columns held in registers across the K loop). Causal work is cut at the diagonal in
  * stripes of 4 query rows (materialised) or tiles of RIFT_QB rows x RIFT_FLASH_BLOCK
@@ -115,8 +119,9 @@ static int64_t F(pad_cols)(int64_t cols, int64_t Tn) {
     return c < Tn ? c : Tn;
 }
 
-int F(attention)(const T *q, const T *k, const T *v, const int64_t *st, T *out, T *probs,
-                 int64_t B, int64_t H, int64_t Tn, int64_t D, double scale, int causal) {
+int F(attention)(const T *q, const T *k, const T *v, const int64_t *st, T *out,
+                 const int64_t *ost, T *probs, int64_t B, int64_t H, int64_t Tn, int64_t D,
+                 double scale, int causal) {
     int failed = 0;
     RIFT_PRAGMA(omp parallel if (B * H * Tn * Tn * D > RIFT_PAR_MIN))
     {
@@ -128,7 +133,8 @@ int F(attention)(const T *q, const T *k, const T *v, const int64_t *st, T *out, 
             int64_t b = bh / H, h = bh % H;
             const T *qb = RIFT_AT(q, st, b, h), *kb = RIFT_AT(k, st + 3, b, h);
             const T *vb = RIFT_AT(v, st + 6, b, h);
-            T *ob = out + bh * Tn * D, *pb = probs + bh * Tn * Tn;
+            T *ob = RIFT_AT(out, ost, b, h), *pb = probs + bh * Tn * Tn;
+            int64_t lo = ost[2];
             F(transpose)(kb, st[5], kt, Tn, D);
             for (int64_t i0 = 0; i0 < Tn; i0 += RIFT_MR) {
                 int64_t m = F(min64)(RIFT_MR, Tn - i0);
@@ -137,7 +143,7 @@ int F(attention)(const T *q, const T *k, const T *v, const int64_t *st, T *out, 
                 F(gemm)(m, cols, D, qb + i0 * st[2], st[2], 1, kt, Tn, p, Tn, 0);
                 for (int64_t r = 0; r < m; r++)
                     F(scaled_softmax)(p + r * Tn, causal ? i0 + r + 1 : Tn, Tn, (T)scale);
-                F(gemm)(m, D, cols, p, Tn, 1, vb, st[8], ob + i0 * D, D, 0);
+                F(gemm)(m, D, cols, p, Tn, 1, vb, st[8], ob + i0 * lo, lo, 0);
             }
         }
         free(kt);
@@ -155,8 +161,8 @@ static int F(lower_triangular)(const T *p, int64_t Tn) {
 }
 
 int F(attention_backward)(const T *dout, const T *q, const T *k, const T *v, const int64_t *st,
-                          const T *probs, T *dq, T *dk, T *dv, int64_t B, int64_t H,
-                          int64_t Tn, int64_t D, double scale) {
+                          const T *probs, T *dq, T *dk, T *dv, const int64_t *ost, int64_t B,
+                          int64_t H, int64_t Tn, int64_t D, double scale) {
     int failed = 0;
     RIFT_PRAGMA(omp parallel if (B * H * Tn * Tn * D > RIFT_PAR_MIN))
     {
@@ -170,14 +176,16 @@ int F(attention_backward)(const T *dout, const T *q, const T *k, const T *v, con
             const T *kb = RIFT_AT(k, st + 6, b, h), *vb = RIFT_AT(v, st + 9, b, h);
             int64_t dt = st[2], qt = st[5], kst = st[8];
             const T *pb = probs + bh * Tn * Tn;
-            T *dqb = dq + bh * Tn * D, *dkb = dk + bh * Tn * D, *dvb = dv + bh * Tn * D;
+            T *dqb = RIFT_AT(dq, ost, b, h), *dkb = RIFT_AT(dk, ost + 3, b, h);
+            T *dvb = RIFT_AT(dv, ost + 6, b, h);
+            int64_t lq = ost[2], lk = ost[5], lv = ost[8];
             T *ds = vt + D * Tn;
             int tri = F(lower_triangular)(pb, Tn);
             F(transpose)(vb, st[11], vt, Tn, D);
             for (int64_t j0 = 0; j0 < Tn; j0 += RIFT_MR) { /* dV = P^T dO */
                 int64_t m = F(min64)(RIFT_MR, Tn - j0), k0 = tri ? j0 : 0;
                 F(gemm)(m, D, Tn - k0, pb + k0 * Tn + j0, 1, Tn, dob + k0 * dt, dt,
-                        dvb + j0 * D, D, 0);
+                        dvb + j0 * lv, lv, 0);
             }
             for (int64_t i0 = 0; i0 < Tn; i0 += RIFT_MR) { /* dS, then dQ = scale dS K */
                 int64_t m = F(min64)(RIFT_MR, Tn - i0), cols = tri ? F(pad_cols)(i0 + m, Tn) : Tn;
@@ -193,12 +201,12 @@ int F(attention_backward)(const T *dout, const T *q, const T *k, const T *v, con
                     for (int64_t j = 0; j < n; j++) d[j] = (T)scale * (p[j] * (d[j] - rs));
                     for (int64_t j = n; j < Tn; j++) d[j] = 0;
                 }
-                F(gemm)(m, D, cols, dsr, Tn, 1, kb, kst, dqb + i0 * D, D, 0);
+                F(gemm)(m, D, cols, dsr, Tn, 1, kb, kst, dqb + i0 * lq, lq, 0);
             }
             for (int64_t j0 = 0; j0 < Tn; j0 += RIFT_MR) { /* dK = scale dS^T Q */
                 int64_t m = F(min64)(RIFT_MR, Tn - j0), k0 = tri ? j0 : 0;
                 F(gemm)(m, D, Tn - k0, ds + k0 * Tn + j0, 1, Tn, qb + k0 * qt, qt,
-                        dkb + j0 * D, D, 0);
+                        dkb + j0 * lk, lk, 0);
             }
         }
         free(vt);
@@ -240,8 +248,9 @@ static int64_t F(valid_keys)(int causal, int64_t i, int64_t j0, int64_t n) {
     return v < 0 ? 0 : (v > n ? n : v);
 }
 
-int F(flash_attention)(const T *q, const T *k, const T *v, const int64_t *st, T *out, T *lse,
-                       int64_t B, int64_t H, int64_t Tn, int64_t D, double scale, int causal) {
+int F(flash_attention)(const T *q, const T *k, const T *v, const int64_t *st, T *out,
+                       const int64_t *ost, T *lse, int64_t B, int64_t H, int64_t Tn, int64_t D,
+                       double scale, int causal) {
     const int64_t BK = RIFT_FLASH_BLOCK;
     int failed = 0;
     RIFT_PRAGMA(omp parallel if (B * H * Tn * Tn * D > RIFT_PAR_MIN))
@@ -254,24 +263,25 @@ int F(flash_attention)(const T *q, const T *k, const T *v, const int64_t *st, T 
             int64_t b = bh / H, h = bh % H;
             const T *qb = RIFT_AT(q, st, b, h), *kb = RIFT_AT(k, st + 3, b, h);
             const T *vb = RIFT_AT(v, st + 6, b, h);
-            int64_t qt = st[2], vst = st[8];
+            int64_t qt = st[2], vst = st[8], lo = ost[2];
+            T *ob = RIFT_AT(out, ost, b, h);
             T *s = kt + D * Tn, *mx = s + RIFT_QB * BK, *l = mx + RIFT_QB;
             F(transpose)(kb, st[5], kt, Tn, D);
             for (int64_t i0 = 0; i0 < Tn; i0 += RIFT_QB) {
                 int64_t mq = F(min64)(RIFT_QB, Tn - i0), end = causal ? i0 + mq : Tn;
-                T *o = out + (bh * Tn + i0) * D;
-                memset(o, 0, sizeof(T) * (size_t)(mq * D));
+                T *o = ob + i0 * lo;
+                for (int64_t r = 0; r < mq; r++) memset(o + r * lo, 0, sizeof(T) * (size_t)D);
                 for (int64_t r = 0; r < mq; r++) mx[r] = -INFINITY, l[r] = 0;
                 for (int64_t j0 = 0; j0 < end; j0 += BK) {
                     int64_t n = F(min64)(BK, end - j0);
                     F(gemm)(mq, n, D, qb + i0 * qt, qt, 1, kt + j0, Tn, s, BK, 0);
                     for (int64_t r = 0; r < mq; r++)
                         F(online_row)(s + r * BK, F(valid_keys)(causal, i0 + r, j0, n), n,
-                                      (T)scale, mx + r, l + r, o + r * D, D);
-                    F(gemm)(mq, D, n, s, BK, 1, vb + j0 * vst, vst, o, D, 1);
+                                      (T)scale, mx + r, l + r, o + r * lo, D);
+                    F(gemm)(mq, D, n, s, BK, 1, vb + j0 * vst, vst, o, lo, 1);
                 }
                 for (int64_t r = 0; r < mq; r++) {
-                    for (int64_t d = 0; d < D; d++) o[r * D + d] /= l[r];
+                    for (int64_t d = 0; d < D; d++) o[r * lo + d] /= l[r];
                     lse[bh * Tn + i0 + r] = mx[r] + RIFT_LOG(l[r]);
                 }
             }
@@ -296,8 +306,8 @@ RIFT_CLONES static void F(flash_ds_row)(T *p, T *dp, int64_t valid, int64_t n, T
 
 int F(flash_attention_backward)(const T *dout, const T *q, const T *k, const T *v, const T *out,
                                 const int64_t *st, const T *lse, T *dq, T *dk, T *dv,
-                                int64_t B, int64_t H, int64_t Tn, int64_t D, double scale,
-                                int causal) {
+                                const int64_t *ost, int64_t B, int64_t H, int64_t Tn, int64_t D,
+                                double scale, int causal) {
     const int64_t BK = RIFT_FLASH_BLOCK;
     int failed = 0;
     RIFT_PRAGMA(omp parallel if (B * H * Tn * Tn * D > RIFT_PAR_MIN))
@@ -313,12 +323,16 @@ int F(flash_attention_backward)(const T *dout, const T *q, const T *k, const T *
             const T *ob = RIFT_AT(out, st + 12, b, h);
             int64_t dt = st[2], qt = st[5], kst = st[8], ot = st[14];
             T *vt = kt + D * Tn, *p = vt + D * Tn, *dp = p + RIFT_QB * BK, *di = dp + RIFT_QB * BK;
-            T *dqb = dq + bh * Tn * D, *dkb = dk + bh * Tn * D, *dvb = dv + bh * Tn * D;
+            T *dqb = RIFT_AT(dq, ost, b, h), *dkb = RIFT_AT(dk, ost + 3, b, h);
+            T *dvb = RIFT_AT(dv, ost + 6, b, h);
+            int64_t lq = ost[2], lk = ost[5], lv = ost[8];
             F(transpose)(kb, kst, kt, Tn, D);
             F(transpose)(vb, st[11], vt, Tn, D);
-            memset(dkb, 0, sizeof(T) * (size_t)(Tn * D));
-            memset(dvb, 0, sizeof(T) * (size_t)(Tn * D));
-            memset(dqb, 0, sizeof(T) * (size_t)(Tn * D));
+            for (int64_t t = 0; t < Tn; t++) {
+                memset(dqb + t * lq, 0, sizeof(T) * (size_t)D);
+                memset(dkb + t * lk, 0, sizeof(T) * (size_t)D);
+                memset(dvb + t * lv, 0, sizeof(T) * (size_t)D);
+            }
             for (int64_t i0 = 0; i0 < Tn; i0 += RIFT_QB) {
                 int64_t mq = F(min64)(RIFT_QB, Tn - i0), end = causal ? i0 + mq : Tn;
                 for (int64_t r = 0; r < mq; r++) { /* rowsum(dO * O) */
@@ -337,9 +351,9 @@ int F(flash_attention_backward)(const T *dout, const T *q, const T *k, const T *
                                         F(valid_keys)(causal, i0 + r, j0, n), n, (T)scale,
                                         lse[bh * Tn + i0 + r], di[r]);
                     /* dV += P^T dO, dQ += dS K, dK += dS^T Q (scale is inside dS) */
-                    F(gemm)(n, D, mq, p, 1, BK, dob + i0 * dt, dt, dvb + j0 * D, D, 1);
-                    F(gemm)(mq, D, n, dp, BK, 1, kb + j0 * kst, kst, dqb + i0 * D, D, 1);
-                    F(gemm)(n, D, mq, dp, 1, BK, qb + i0 * qt, qt, dkb + j0 * D, D, 1);
+                    F(gemm)(n, D, mq, p, 1, BK, dob + i0 * dt, dt, dvb + j0 * lv, lv, 1);
+                    F(gemm)(mq, D, n, dp, BK, 1, kb + j0 * kst, kst, dqb + i0 * lq, lq, 1);
+                    F(gemm)(n, D, mq, dp, 1, BK, qb + i0 * qt, qt, dkb + j0 * lk, lk, 1);
                 }
             }
         }
