@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import riftco
 from helpers import assert_close
-from riftco import fused_ops as F
+from riftco import ops as F
 
 native_mod = pytest.importorskip("riftco.backends.native.backend")
 _ok, _why = native_mod.NativeBackend.is_available()
