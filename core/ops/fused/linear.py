@@ -23,8 +23,22 @@ from ..opunit import OpUnit, Tolerance, Tolerances, register
 from ..primitive.binary import add
 from ..primitive.matmul import matmul
 from ..primitive.reduce import sum
-from ..samples import SIZES, Arr, Ctx, Draw, Example, Params, Samples, edges, error, label
-from ..samples import normal, rms, rng_of, with_specials
+from ..samples import (
+    SIZES,
+    Arr,
+    Ctx,
+    Draw,
+    Example,
+    Params,
+    Samples,
+    edges,
+    error,
+    label,
+    normal,
+    rms,
+    rng_of,
+    with_specials,
+)
 
 
 class LinearMethods(Protocol):
