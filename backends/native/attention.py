@@ -42,7 +42,7 @@ class NativeAttention:
         c = width // parts
         d = c // heads
         sb, st, sc = x.strides
-        return Tensor(self, x.storage, (b, heads, t, d), (sb, d * sc, st, sc),
+        return Tensor(x.backend, x.storage, (b, heads, t, d), (sb, d * sc, st, sc),
                       x.offset + part * c * sc, x.dtype)  # fmt: skip
 
     def _forward(

@@ -149,13 +149,18 @@ class NativePrimitives:
             )  # fmt: skip
         return out
 
-    def linear_backward(
-        self, dy: Tensor, x: Tensor, w: Tensor, need: tuple[bool, bool, bool] = (True,) * 3
+    def linear_backward(self, dy: Tensor, x: Tensor, w: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """The protocol method: all three gradients (see :meth:`linear_grads`)."""
+        dx, dw, db = self.linear_grads(dy, x, w, (True, True, True))
+        assert dx is not None and dw is not None and db is not None
+        return dx, dw, db
+
+    def linear_grads(
+        self, dy: Tensor, x: Tensor, w: Tensor, need: tuple[bool, bool, bool]
     ) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
         """``(dx, dw, db)`` of ``y = x @ w + b`` in one parallel region: dx = dy w^T,
         dw = x^T dy, db = column sums of dy (pairwise, deterministic). ``need`` skips any
-        of the three. 2-D, row-major operands (others are copied). Entry point for the
-        fused linear op's VJP."""
+        of the three. 2-D, row-major operands (others are copied)."""
         gemm = self._gemm.get(x.dtype)
         m, k = x.shape
         n = w.shape[1]

@@ -78,7 +78,6 @@ class FusedKernels:
     empty: Any
     fill: Any
     launch: Any
-    matmul: Any
     sum: Any
 
     # -- GELU ----------------------------------------------------------------------------
