@@ -216,3 +216,22 @@ def test_primitives_only_backend_gets_dense_copies_of_views(registry):
         ops.embedding(table, ids).tolist()
         == np.arange(9.0).reshape(3, 3)[[[0, 1], [2, 0]]].tolist()
     )  # noqa: E501
+
+
+def test_composite_flash_is_renormalised_at_large_scores():
+    """Issue 12: with scores ~1e4 in float32, ``exp(s - lse) @ v`` carries lse's rounding
+    into every output (1.3e-4 of the largest here); ``(E v) / rowsum(E)`` cancels it (1.5e-7)."""
+    rng = np.random.default_rng(5)
+    t, d = 64, 64
+    q, k, v = (rng.standard_normal((1, 2, t, d)) for _ in range(3))
+    f32 = [riftco.tensor(a.astype(np.float32)) for a in (60.0 * q, 60.0 * k, v)]
+    scale = 1.0 / math.sqrt(d)
+    q32, k32, v32 = (a.numpy().astype(np.float64) for a in f32)  # what the op sees
+    s = scale * q32 @ np.swapaxes(k32, -1, -2)
+    s = np.where(np.triu(np.ones((t, t), bool), 1), -np.inf, s)
+    assert np.abs(s[np.isfinite(s)]).max() > 1e4
+    p = np.exp(s - s.max(-1, keepdims=True))
+    want = (p / p.sum(-1, keepdims=True)) @ v32
+    out, _ = ops.composite("flash_attention")(*f32, scale, True)
+    err = np.abs(out.numpy() - want).max() / np.abs(want).max()
+    assert err < 1e-5, err
