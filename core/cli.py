@@ -10,6 +10,7 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 
 def _backends(argv: Sequence[str]) -> int:
@@ -45,6 +46,9 @@ def _backends(argv: Sequence[str]) -> int:
                 f"  device {row['name']}:{d['index']}  {d['name']}  "
                 f"dtypes: {', '.join(d['dtypes'])}"
             )
+            details = _details_line(d)
+            if details:
+                print(f"    details: {details}")
         caps = row["capabilities"]
         if caps:
             native = [op for op, how in caps["fused"].items() if how == "native"]
@@ -59,6 +63,28 @@ def _backends(argv: Sequence[str]) -> int:
         if not shown:  # e.g. it lost a name clash: its name belongs to another backend
             print(f"plugin {plugin}  [failed: {reason}]")
     return 0
+
+
+#: Longest value ``riftco backends`` prints in a ``details:`` line (``--json`` has all).
+_DETAIL_WIDTH = 60
+
+
+def _details_line(device: dict[str, Any]) -> str:
+    """``key=value`` pairs of a device row beyond index, name and dtypes, sorted by key.
+
+    The PoCL and LLVM versions and the target CPU live here, and they are what a bug
+    report about an OpenCL device needs, so the text listing shows them too; long values
+    are cut (``--json`` keeps them whole) and ones with spaces or commas are quoted."""
+    parts = []
+    for key in sorted(k for k in device if k not in ("index", "name", "dtypes")):
+        value = device[key]
+        text = json.dumps(value) if not isinstance(value, str) else value
+        if len(text) > _DETAIL_WIDTH:
+            text = text[: _DETAIL_WIDTH - 3] + "..."
+        if isinstance(value, str) and (not text or any(c in text for c in " ,=\t")):
+            text = json.dumps(text)
+        parts.append(f"{key}={text}")
+    return ", ".join(parts)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -63,3 +63,34 @@ def test_help_and_unknown_command(capsys):
     assert main(["frobnicate"]) == 2
     captured = capsys.readouterr()
     assert "unknown command 'frobnicate'" in captured.err and "usage: riftco" in captured.out
+
+
+class Detailed(CPUBackend):
+    name = "detailed"
+    priority = 8
+
+    @classmethod
+    def devices(cls):
+        from riftco.backend import DeviceInfo
+
+        details = {"pocl": "3.1+debian", "llvm": "15.0.6", "compute_units": 2,
+                   "platform": "Portable Computing Language", "flags": "-O3 " * 40}  # fmt: skip
+        return [DeviceInfo(0, "stand-in device", ("float32",), details)]
+
+
+def test_backends_text_prints_device_details_sorted_and_short(registry, capsys):
+    """The PoCL/LLVM versions must show without --json: one indented line per device."""
+    registry.register(plugin_for(Detailed), name="detailed-plugin")
+    assert main(["backends"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    at = lines.index("  device detailed:0  stand-in device  dtypes: float32")
+    line = lines[at + 1]
+    assert line.startswith("    details: ")
+    pairs = line.removeprefix("    details: ")
+    keys = [p.split("=", 1)[0] for p in pairs.split(", ")]
+    assert keys == ["compute_units", "flags", "llvm", "platform", "pocl"]
+    assert "compute_units=2" in pairs and "llvm=15.0.6" in pairs and "pocl=3.1+debian" in pairs
+    assert 'platform="Portable Computing Language"' in pairs
+    assert len(line) < 200 and '..."' in line  # the 160-character flags value is cut
+    cpu_at = lines.index("  device cpu:0  host CPU (numpy)  dtypes: float32, float64, int32, int64")
+    assert lines[cpu_at + 1].startswith("    details: threads=")
