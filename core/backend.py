@@ -39,6 +39,7 @@ import numpy as np
 
 from .ops.fused.adam import AdamMethods
 from .ops.fused.attention import AttentionMethods
+from .ops.fused.attention_qkv import AttentionQKVMethods
 from .ops.fused.cross_entropy import CrossEntropyMethods
 from .ops.fused.embedding import EmbeddingMethods
 from .ops.fused.flash_attention import FlashAttentionMethods
@@ -141,6 +142,7 @@ class FusedBackend(
     FlashAttentionMethods,
     AdamMethods,
     LinearMethods,
+    AttentionQKVMethods,
     Protocol,
 ):
     """The optional fused methods, for type checkers (a backend may define any subset)."""

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 from riftco.backends.cpu.backend import CPUBackend, view
-from riftco.backends.cpu.fused import gelu_grad_math
+from riftco.backends.cpu.fused import attention_math, flash_math, gelu_grad_math, merge_heads
 from riftco.tensor import Tensor
 
 
@@ -386,6 +386,29 @@ class LinearBackwardBiasGradIsMean(Base):
                 self.result(db.astype(g.dtype)))  # fmt: skip
 
 
+class AttentionQKVPerHeadLayout(Base):
+    """Reads qkv as [B, T, H, 3, D] (q | k | v interleaved per head, Megatron's layout)
+    instead of [B, T, 3, H, D]: the same with one head, wrong with two or more."""
+
+    def attention_qkv(self, qkv: Tensor, heads: int, scale: float, causal: bool,
+                      flash: bool) -> Any:  # fmt: skip
+        x = view(qkv)
+        b, t, width = x.shape
+        per_head = x.reshape(b, t, heads, 3, width // 3 // heads)
+        q, k, v = (per_head[:, :, :, i].transpose(0, 2, 1, 3) for i in range(3))
+        out, stat = (flash_math if flash else attention_math)(q, k, v, scale, causal)
+        return self.result(merge_heads(out), qkv.dtype), self.result(stat, qkv.dtype)
+
+
+class AttentionQKVBackwardSwapsDkDv(Base):
+    """Writes dv into the k block and dk into the v block (two output pointers swapped)."""
+
+    def attention_qkv_backward(self, *args: Any) -> Any:
+        g = view(super().attention_qkv_backward(*args))
+        c = g.shape[-1] // 3
+        return self.result(np.concatenate([g[..., :c], g[..., 2 * c :], g[..., c : 2 * c]], -1))
+
+
 class DenseOnlyCopyIgnoresOffset(Base):
     """A backend taking dense operands only, whose copy kernel ignores the view's offset."""
 
@@ -445,4 +468,6 @@ MUTANTS: list[tuple[type[Base], str]] = [
     (DenseOnlyCopyIgnoresOffset, "copy_strided"),
     (LinearBiasOnFirstRowOnly, "linear"),
     (LinearBackwardBiasGradIsMean, "linear_backward"),
+    (AttentionQKVPerHeadLayout, "attention_qkv"),
+    (AttentionQKVBackwardSwapsDkDv, "attention_qkv_backward"),
 ]

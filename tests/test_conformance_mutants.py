@@ -1,6 +1,6 @@
 """The conformance suite's own test: every deliberately broken backend fails, at its op.
 
-For each mutant (``conformance_mutants.py``: 46 plausible bugs over every op family) the
+For each mutant (``conformance_mutants.py``: 48 plausible bugs over every op family) the
 suite runs on that op's cases and must report a failure or error there, with the op in the
 case id or the message. A few whole-suite runs then check that no *other* op is blamed
 (composites built on a broken primitive may fail too: they really are wrong there), and
@@ -79,10 +79,10 @@ def test_whole_suite_blames_no_other_op(
 class ModelCheckRaises(AttentionMasksDiagonal):
     """Raises inside the model check's attention (heads > 1): the run must still finish."""
 
-    def attention(self, q: Any, k: Any, v: Any, scale: float, causal: bool) -> Any:
-        if view(q).shape[1] == 2 and view(q).shape[2] == 9:  # the model check's shape
+    def attention_qkv(self, qkv: Any, heads: int, scale: float, causal: bool, flash: bool) -> Any:
+        if heads == 2 and view(qkv).shape[1] == 9:  # the model check's shape
             raise RuntimeError("kernel launch failed")
-        return super().attention(q, k, v, scale, causal)
+        return super().attention_qkv(qkv, heads, scale, causal, flash)
 
 
 def test_a_raising_model_check_is_a_case_error_and_the_run_finishes(

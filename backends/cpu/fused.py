@@ -70,6 +70,99 @@ def _leading_axes(x: np.ndarray) -> tuple[int, ...]:
     return tuple(range(x.ndim - 1))
 
 
+def attention_math(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float, causal: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(out, probs)`` of ``[..., T, D]`` heads: ``softmax(scale q kᵀ, masked) v``."""
+    s = np.matmul(q, np.swapaxes(k, -1, -2)) * scale
+    if causal:
+        s = np.where(_causal_mask(s.shape[-2], s.shape[-1]), -np.inf, s)
+    p = softmax_math(s)
+    return np.matmul(p, v), p
+
+
+def attention_backward_math(
+    do: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray, p: np.ndarray, scale: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(dq, dk, dv)`` from the saved probabilities ``p`` (the mask is in them)."""
+    dv = np.matmul(np.swapaxes(p, -1, -2), do)
+    dp = np.matmul(do, np.swapaxes(v, -1, -2))
+    ds = p * (dp - np.sum(dp * p, axis=-1, keepdims=True))
+    dq = scale * np.matmul(ds, k)
+    dk = scale * np.matmul(np.swapaxes(ds, -1, -2), q)
+    return dq, dk, dv
+
+
+def flash_math(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float, causal: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(out, lse)``: keys in blocks of FLASH_BLOCK with an online softmax, no [T, T]."""
+    t = q.shape[-2]
+    acc = np.zeros(q.shape, dtype=q.dtype)
+    row_max = np.full(q.shape[:-1], -np.inf, dtype=q.dtype)
+    row_sum = np.zeros(q.shape[:-1], dtype=q.dtype)
+    for k0 in range(0, k.shape[-2], FLASH_BLOCK):
+        kb, vb = k[..., k0 : k0 + FLASH_BLOCK, :], v[..., k0 : k0 + FLASH_BLOCK, :]
+        s = np.matmul(q, np.swapaxes(kb, -1, -2)) * scale  # (B, H, T, block)
+        if causal:
+            s = np.where(_causal_mask(t, kb.shape[-2], 0, k0), -np.inf, s)
+        new_max = np.maximum(row_max, np.max(s, axis=-1))
+        safe = np.where(np.isneginf(new_max), 0.0, new_max)  # rows with no key yet
+        p = np.exp(s - safe[..., None])
+        correction = np.exp(np.where(np.isneginf(row_max), -np.inf, row_max - safe))
+        row_sum = row_sum * correction + np.sum(p, axis=-1)
+        acc = acc * correction[..., None] + np.matmul(p, vb)
+        row_max = new_max
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return acc / row_sum[..., None], row_max + np.log(row_sum)
+
+
+def flash_backward_math(
+    do: np.ndarray,
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    out: np.ndarray,
+    lse: np.ndarray,
+    scale: float,
+    causal: bool,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(dq, dk, dv)``, rebuilding the probabilities block by block from ``lse``."""
+    lv = lse[..., None]
+    d = np.sum(do * out, axis=-1, keepdims=True)  # rowsum(dO * O)
+    t = q.shape[-2]
+    dq = np.zeros(q.shape, dtype=q.dtype)
+    dk = np.zeros(k.shape, dtype=q.dtype)
+    dv = np.zeros(v.shape, dtype=q.dtype)
+    for k0 in range(0, k.shape[-2], FLASH_BLOCK):
+        sl = slice(k0, k0 + FLASH_BLOCK)
+        kb, vb = k[..., sl, :], v[..., sl, :]
+        s = np.matmul(q, np.swapaxes(kb, -1, -2)) * scale
+        if causal:
+            s = np.where(_causal_mask(t, kb.shape[-2], 0, k0), -np.inf, s)
+        p = np.exp(s - lv)  # probabilities rebuilt from the saved row statistics
+        dv[..., sl, :] = np.matmul(np.swapaxes(p, -1, -2), do)
+        dp = np.matmul(do, np.swapaxes(vb, -1, -2))
+        ds = p * (dp - d)
+        dq += scale * np.matmul(ds, kb)
+        dk[..., sl, :] = scale * np.matmul(np.swapaxes(ds, -1, -2), q)
+    return dq, dk, dv
+
+
+def split_heads(x: np.ndarray, heads: int, blocks: int = 1) -> list[np.ndarray]:
+    """The column blocks of ``x[B, T, blocks * C]`` as ``[B, H, T, D]`` arrays: block i is
+    columns ``[i C, (i + 1) C)``, head h of it the D = C / heads columns from ``h D``."""
+    b, t, width = x.shape
+    per_head = x.reshape(b, t, blocks, heads, width // blocks // heads)
+    return [per_head[:, :, i].transpose(0, 2, 1, 3) for i in range(blocks)]
+
+
+def merge_heads(*xs: np.ndarray) -> np.ndarray:
+    """``[B, H, T, D]`` arrays -> ``[B, T, n H D]``: each one's heads side by side, in turn."""
+    b, h, t, d = xs[0].shape
+    return np.concatenate([x.transpose(0, 2, 1, 3).reshape(b, t, h * d) for x in xs], axis=-1)
+
+
 class FusedOps:
     """Mixin of native fused ops for :class:`CPUBackend` (``self.result`` wraps arrays)."""
 
@@ -166,48 +259,20 @@ class FusedOps:
     def attention(
         self, q: Tensor, k: Tensor, v: Tensor, scale: float, causal: bool
     ) -> tuple[Tensor, Tensor]:
-        s = np.matmul(_v(q), np.swapaxes(_v(k), -1, -2)) * scale
-        if causal:
-            s = np.where(_causal_mask(s.shape[-2], s.shape[-1]), -np.inf, s)
-        p = softmax_math(s)
-        out = np.matmul(p, _v(v))
+        out, p = attention_math(_v(q), _v(k), _v(v), scale, causal)
         return self.result(out, q.dtype), self.result(p, q.dtype)
 
     def attention_backward(
         self, dout: Tensor, q: Tensor, k: Tensor, v: Tensor, probs: Tensor, scale: float
     ) -> tuple[Tensor, Tensor, Tensor]:
-        do, p = _v(dout), _v(probs)
-        dv = np.matmul(np.swapaxes(p, -1, -2), do)
-        dp = np.matmul(do, np.swapaxes(_v(v), -1, -2))
-        ds = p * (dp - np.sum(dp * p, axis=-1, keepdims=True))
-        dq = scale * np.matmul(ds, _v(k))
-        dk = scale * np.matmul(np.swapaxes(ds, -1, -2), _v(q))
+        dq, dk, dv = attention_backward_math(_v(dout), _v(q), _v(k), _v(v), _v(probs), scale)
         dt = q.dtype
         return self.result(dq, dt), self.result(dk, dt), self.result(dv, dt)
 
     def flash_attention(
         self, q: Tensor, k: Tensor, v: Tensor, scale: float, causal: bool
     ) -> tuple[Tensor, Tensor]:
-        qv, kv, vv = _v(q), _v(k), _v(v)
-        t = qv.shape[-2]
-        acc = np.zeros(qv.shape, dtype=qv.dtype)
-        row_max = np.full(qv.shape[:-1], -np.inf, dtype=qv.dtype)
-        row_sum = np.zeros(qv.shape[:-1], dtype=qv.dtype)
-        for k0 in range(0, kv.shape[-2], FLASH_BLOCK):
-            kb, vb = kv[..., k0 : k0 + FLASH_BLOCK, :], vv[..., k0 : k0 + FLASH_BLOCK, :]
-            s = np.matmul(qv, np.swapaxes(kb, -1, -2)) * scale  # (B, H, T, block)
-            if causal:
-                s = np.where(_causal_mask(t, kb.shape[-2], 0, k0), -np.inf, s)
-            new_max = np.maximum(row_max, np.max(s, axis=-1))
-            safe = np.where(np.isneginf(new_max), 0.0, new_max)  # rows with no key yet
-            p = np.exp(s - safe[..., None])
-            correction = np.exp(np.where(np.isneginf(row_max), -np.inf, row_max - safe))
-            row_sum = row_sum * correction + np.sum(p, axis=-1)
-            acc = acc * correction[..., None] + np.matmul(p, vb)
-            row_max = new_max
-        with np.errstate(divide="ignore", invalid="ignore"):
-            out = acc / row_sum[..., None]
-            lse = row_max + np.log(row_sum)
+        out, lse = flash_math(_v(q), _v(k), _v(v), scale, causal)
         return self.result(out, q.dtype), self.result(lse, q.dtype)
 
     def flash_attention_backward(
@@ -221,27 +286,38 @@ class FusedOps:
         scale: float,
         causal: bool,
     ) -> tuple[Tensor, Tensor, Tensor]:
-        qv, kv, vv, do = _v(q), _v(k), _v(v), _v(dout)
-        lv = _v(lse)[..., None]
-        d = np.sum(do * _v(out), axis=-1, keepdims=True)  # rowsum(dO * O)
-        t = qv.shape[-2]
-        dq = np.zeros(qv.shape, dtype=qv.dtype)
-        dk = np.zeros(kv.shape, dtype=qv.dtype)
-        dv = np.zeros(vv.shape, dtype=qv.dtype)
-        for k0 in range(0, kv.shape[-2], FLASH_BLOCK):
-            sl = slice(k0, k0 + FLASH_BLOCK)
-            kb, vb = kv[..., sl, :], vv[..., sl, :]
-            s = np.matmul(qv, np.swapaxes(kb, -1, -2)) * scale
-            if causal:
-                s = np.where(_causal_mask(t, kb.shape[-2], 0, k0), -np.inf, s)
-            p = np.exp(s - lv)  # probabilities rebuilt from the saved row statistics
-            dv[..., sl, :] = np.matmul(np.swapaxes(p, -1, -2), do)
-            dp = np.matmul(do, np.swapaxes(vb, -1, -2))
-            ds = p * (dp - d)
-            dq += scale * np.matmul(ds, kb)
-            dk[..., sl, :] = scale * np.matmul(np.swapaxes(ds, -1, -2), qv)
+        args = (_v(dout), _v(q), _v(k), _v(v), _v(out), _v(lse))
+        dq, dk, dv = flash_backward_math(*args, scale, causal)
         dt = q.dtype
         return self.result(dq, dt), self.result(dk, dt), self.result(dv, dt)
+
+    # -- attention on a fused q | k | v projection ----------------------------------------
+    def attention_qkv(
+        self, qkv: Tensor, heads: int, scale: float, causal: bool, flash: bool
+    ) -> tuple[Tensor, Tensor]:
+        q, k, v = split_heads(_v(qkv), heads, 3)
+        out, stat = (flash_math if flash else attention_math)(q, k, v, scale, causal)
+        return self.result(merge_heads(out), qkv.dtype), self.result(stat, qkv.dtype)
+
+    def attention_qkv_backward(
+        self,
+        dout: Tensor,
+        qkv: Tensor,
+        out: Tensor,
+        stat: Tensor,
+        heads: int,
+        scale: float,
+        causal: bool,
+        flash: bool,
+    ) -> Tensor:
+        q, k, v = split_heads(_v(qkv), heads, 3)
+        (do,) = split_heads(_v(dout), heads)
+        if flash:
+            (o,) = split_heads(_v(out), heads)
+            grads = flash_backward_math(do, q, k, v, o, _v(stat), scale, causal)
+        else:
+            grads = attention_backward_math(do, q, k, v, _v(stat), scale)
+        return self.result(merge_heads(*grads), qkv.dtype)
 
     def adam_update(
         self,

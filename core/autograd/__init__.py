@@ -15,7 +15,16 @@ from .checkpoint import checkpoint
 from .custom_gradient import custom_gradient
 from .domain import flush as check_domain
 from .domain import set_domain_checks
-from .fused import attention, cross_entropy, embedding, gelu, layer_norm, linear, softmax
+from .fused import (
+    attention,
+    attention_qkv,
+    cross_entropy,
+    embedding,
+    gelu,
+    layer_norm,
+    linear,
+    softmax,
+)
 from .gradcheck import gradcheck
 from .graph import Variable, enable_grad, graph_stats, no_grad
 from .indexing import getitem
@@ -79,5 +88,6 @@ __all__ = [
     "sum", "mean", "max", "reshape", "transpose", "permute", "broadcast_to", "sum_to_shape",
     "getitem", "concatenate_last_axis", "split_last_axis",
     "gelu", "softmax", "layer_norm", "linear", "embedding", "cross_entropy", "attention",
+    "attention_qkv",
     "custom_gradient", "checkpoint", "gradcheck", "set_domain_checks", "check_domain",
 ]  # fmt: skip

@@ -14,6 +14,7 @@ import math
 from .. import ops
 from ..errors import DTypeError, ShapeError
 from ..ops.fused import attention as _attention
+from ..ops.fused import attention_qkv as _attention_qkv
 from ..ops.fused import embedding as _embedding
 from ..ops.fused import flash_attention as _flash
 from ..ops.fused import gelu as _gelu
@@ -94,3 +95,25 @@ def attention(
     if mode == "flash":
         return apply(_flash.FLASH_ATTENTION, q, k, v, s, bool(causal))
     raise ShapeError(f"[attention] mode must be 'materialized' or 'flash'; got {mode!r}")
+
+
+def attention_qkv(
+    qkv: Variable,
+    heads: int,
+    causal: bool = True,
+    scale: float | None = None,
+    mode: str = "materialized",
+) -> Variable:
+    """Multi-head attention read straight from a fused projection ``qkv[B, T, 3C]``.
+
+    q | k | v are its column blocks of width C and head h of each its ``D = C / heads``
+    columns from ``h D``; the result is ``[B, T, C]`` with the heads side by side, the rows
+    an output projection reads. Same modes and default scale ``1/sqrt(D)`` as
+    :func:`attention`; no head split, permute or merge copies where the backend reads and
+    writes through strides."""
+    value = as_variable(qkv, "attention_qkv")._value
+    _, _, c, h = _attention_qkv.check_fused_qkv("attention_qkv", value, heads)
+    if mode not in ("materialized", "flash"):
+        raise ShapeError(f"[attention_qkv] mode must be 'materialized' or 'flash'; got {mode!r}")
+    s = 1.0 / math.sqrt(c // h) if scale is None else scale
+    return apply(_attention_qkv.ATTENTION_QKV, qkv, h, s, bool(causal), mode == "flash")

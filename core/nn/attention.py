@@ -1,8 +1,10 @@
 """Causal multi-head self-attention over rows ``(B*T, C)``.
 
-One ``(C, 3C)`` projection makes q, k and v in a single matmul; heads are a reshape and a
-permute (views, no copies) to ``(B, nh, T, hs)`` for the fused attention op, which runs
-either the materialised ``(T, T)`` form or the flash (log-sum-exp, tiled) form.
+One ``(C, 3C)`` projection makes q, k and v in a single matmul; ``attention_qkv`` reads
+them, head by head, straight from its ``(B, T, 3C)`` output and writes ``(B, T, C)`` rows
+for the output projection, in either the materialised ``(T, T)`` form or the flash
+(log-sum-exp, tiled) form. A backend that reads and writes through strides (native) makes
+no head split, permute or merge copies; others run the op's composite.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import math
 
 import numpy as np
 
-from ..autograd import Variable, attention, split_last_axis
+from ..autograd import Variable, attention_qkv
 from ..device import Device
 from ..errors import ShapeError
 from .layers import Linear
@@ -46,11 +48,6 @@ class CausalSelfAttention(Module):
 
     def forward(self, x: Variable, B: int, T: int) -> Variable:  # noqa: N803 - nanoGPT names
         C, nh = self.width, self.heads
-        hs = C // nh
-        q, k, v = split_last_axis(self.qkv(x), [C, C, C])  # 3 x (B*T, C)
-        q = q.reshape(B, T, nh, hs).permute(0, 2, 1, 3)  # (B, nh, T, hs)
-        k = k.reshape(B, T, nh, hs).permute(0, 2, 1, 3)  # (B, nh, T, hs)
-        v = v.reshape(B, T, nh, hs).permute(0, 2, 1, 3)  # (B, nh, T, hs)
-        y = attention(q, k, v, causal=True, scale=1.0 / math.sqrt(hs), mode=self.mode)
-        y = y.permute(0, 2, 1, 3).reshape(B * T, C)  # (B, nh, T, hs) -> (B*T, C)
-        return self.proj(y)
+        qkv = self.qkv(x).reshape(B, T, 3 * C)  # q | k | v blocks, nh heads of hs columns each
+        y = attention_qkv(qkv, nh, causal=True, scale=1.0 / math.sqrt(C // nh), mode=self.mode)
+        return self.proj(y.reshape(B * T, C))  # (B, T, C): heads side by side
