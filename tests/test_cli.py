@@ -25,8 +25,11 @@ def test_backends_text_lists_cpu_available(registry, capsys):
     assert "cpu  [available]" in out
     assert "device cpu:0  host CPU (numpy)  dtypes: float32, float64, int32, int64" in out
     assert "protocol 1.0" in out and "distribution riftco" in out
-    native_line = next(line for line in out.splitlines() if "fused native:" in line)
-    assert all(op in native_line for op in FUSED_OPS)
+    lines = out.splitlines()
+    i = next(i for i, line in enumerate(lines) if "fused native:" in line)
+    assert "fused composite:" in lines[i + 1]  # every fused op is on one of the two lines
+    listed = [op for line in lines[i : i + 2] for op in line.split(": ", 1)[1].split(", ")]
+    assert sorted(op for op in listed if op != "-") == sorted(FUSED_OPS)
 
 
 def test_backends_json_lists_cpu_with_capabilities(registry, capsys):
