@@ -41,9 +41,14 @@ def _close(got: Any, ref: np.ndarray, dtype: Any, what: str, scale: float = 1.0)
     assert_close(got.numpy(), ref, rtol=rtol * scale, atol=atol * scale, msg=what)
 
 
+#: Fused ops the kernel backends run as core's composite on purpose (docs/DECISIONS.md: with
+#: today's kernels no host plan makes fewer launches than attention_qkv's composite).
+COMPOSITE_BY_DESIGN = {"attention_qkv", "attention_qkv_backward"}
+
+
 def test_every_fused_op_is_native(be: OpenCLBackend) -> None:
     fused = be.capabilities().as_dict()["fused"]
-    assert {op for op, how in fused.items() if how != "native"} == set()
+    assert {op for op, how in fused.items() if how != "native"} == COMPOSITE_BY_DESIGN
 
 
 def test_ops_queue_without_reading_back(be: OpenCLBackend) -> None:
