@@ -31,7 +31,8 @@ from ..dispatch import Out, dispatch
 from ..opunit import OpUnit, Tolerance, Tolerances, register
 from ..primitive.layout import concatenate_last_axis
 from ..samples import Arr, Ctx, Draw, Example, Params, Samples, edges, error, label
-from .attention import attention, attention_backward, np_scores, qkv, score_max, score_scale
+from .attention import attention, attention_backward, np_scores, score_max, score_scale
+from .attention import qkv as per_head_inputs
 from .cross_entropy import np_lse
 from .flash_attention import flash_attention, flash_attention_backward
 from .softmax import np_softmax
@@ -66,8 +67,9 @@ class AttentionQKVMethods(Protocol):
         """``dqkv[B, T, 3C]`` for the output gradient ``dout[B, T, C]``: dq | dk | dv in
         qkv's blocks and head columns.
 
-        ``out`` and ``stat`` are :meth:`attention_qkv`'s outputs (probs: the mask is in them; lse: the
-        backward rebuilds ``P = exp(scale q kᵀ - lse)`` and needs ``out``, and ``causal``)."""
+        ``out`` and ``stat`` are :meth:`attention_qkv`'s outputs (probs: the mask is in
+        them; lse: the backward rebuilds ``P = exp(scale q kᵀ - lse)`` and needs ``out``
+        and ``causal``)."""
         ...
 
 
@@ -238,7 +240,7 @@ def np_merge_heads(x: np.ndarray) -> np.ndarray:
 
 def _samples(backward: bool) -> Samples:
     def build(p: Params, ctx: Ctx) -> Example:
-        q, k, v, do = qkv(p)  # [B, H, T, D] each; "large" boosts q and k
+        q, k, v, do = per_head_inputs(p)  # [B, H, T, D] each; "large" boosts q and k
         lay = p["layout"]
         fused = Arr(np.concatenate([np_merge_heads(a) for a in (q, k, v)], axis=-1), layout=lay)
         c, h = p["h"] * p["d"], p["h"]
