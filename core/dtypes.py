@@ -21,10 +21,13 @@ DType = np.dtype
 
 
 def as_dtype(value: Any, op: str = "dtype") -> np.dtype:
-    """Normalise ``"float32"``, ``np.float32`` or a dtype object; reject anything else."""
+    """Normalise ``"float32"``, ``np.float32`` or a dtype object; reject anything else
+    (``None`` too: numpy would read it as float64, a silent choice riftco does not make)."""
+    if value is None:
+        raise DTypeError(f"[{op}] dtype None is not a dtype; name one (e.g. 'float32')")
     try:
         dt = np.dtype(value)
-    except TypeError as exc:
+    except (TypeError, ValueError) as exc:
         raise DTypeError(f"[{op}] {value!r} is not a dtype") from exc
     if dt not in ALL_DTYPES:
         names = ", ".join(sorted(d.name for d in ALL_DTYPES))

@@ -26,6 +26,10 @@ if TYPE_CHECKING:
     from .device import Device
 
 
+#: The most bytes a view may address: numpy's (and C's) signed 64-bit sizes.
+MAX_BYTES = 2**63 - 1
+
+
 class _Layers:
     """The layers above Tensor, registered by them at import (see the module docstring)."""
 
@@ -68,6 +72,8 @@ def dense_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
 
 
 def _normalize_axis(axis: int, ndim: int, op: str) -> int:
+    if type(axis) is not int:
+        axis = _int(axis, op, "axis")
     if not -ndim <= axis < max(ndim, 1):
         raise ShapeError(f"[{op}] axis {axis} is out of range for a tensor of rank {ndim}")
     return axis % ndim if ndim else 0
@@ -199,8 +205,10 @@ class Tensor:
         return Tensor(self.backend, self.storage, shape, strides, offset, self.dtype)
 
     def reshape(self, *shape: int | Sequence[int]) -> Tensor:
-        new = _parse_shape(shape)
+        new = _parse_shape(shape, "reshape")
         new = _infer_shape(new, self.size, self.shape)
+        if not self.size:  # only an empty tensor can take arbitrarily large dims
+            check_extent("reshape", new, self.dtype)
         if new == self.shape:
             return self
         if not self.is_contiguous:
@@ -211,7 +219,9 @@ class Tensor:
         return self._view(new, dense_strides(tuple(new)), self.offset)
 
     def permute(self, *axes: int | Sequence[int]) -> Tensor:
-        order = tuple(_normalize_axis(a, self.ndim, "permute") for a in _parse_shape(axes))
+        order = tuple(
+            _normalize_axis(a, self.ndim, "permute") for a in _parse_shape(axes, "permute")
+        )
         if sorted(order) != list(range(self.ndim)):
             raise ShapeError(
                 f"[permute] axes {order} are not a permutation of range({self.ndim}) "
@@ -235,7 +245,10 @@ class Tensor:
         return self.transpose()
 
     def broadcast_to(self, *shape: int | Sequence[int]) -> Tensor:
-        target = _parse_shape(shape)
+        target = _parse_shape(shape, "broadcast_to")
+        if any(d < 0 for d in target):
+            raise ShapeError(f"[broadcast_to] dims must be >= 0; got target shape {target}")
+        check_extent("broadcast_to", target, self.dtype)
         if len(target) < self.ndim:
             raise ShapeError(f"[broadcast_to] cannot broadcast {self.shape} to lower rank {target}")
         lead = len(target) - self.ndim
@@ -294,7 +307,10 @@ class Tensor:
             elif isinstance(item, slice):
                 if item.step is not None and item.step <= 0:  # before indices(): 0 raises
                     raise ShapeError(f"[getitem] slice step must be positive; got {item.step}")
-                start, stop, step = item.indices(dim)
+                try:
+                    start, stop, step = item.indices(dim)
+                except TypeError:  # a float or a string bound
+                    raise ShapeError(f"[getitem] slice bounds must be ints; got {item!r}") from None
                 count = max(0, (stop - start + step - 1) // step)
                 shape.append(count)
                 strides.append(stride * step)
@@ -336,10 +352,30 @@ class Tensor:
     __rmul__ = __mul__
 
 
-def _parse_shape(shape: tuple[Any, ...]) -> tuple[int, ...]:
+def check_extent(op: str, shape: tuple[int, ...], dtype: np.dtype) -> None:
+    """Refuse a shape no backend can index: numpy (and C) need the product of the non-zero
+    dims times the item size within a signed 64-bit size, empty or not."""
+    extent = math.prod(d for d in shape if d) * dtype.itemsize
+    if extent > MAX_BYTES:
+        raise ShapeError(
+            f"[{op}] shape {shape} of {dtype.name} spans {extent:,} bytes (the non-zero dims "
+            f"times {dtype.itemsize}); no backend indexes more than {MAX_BYTES:,}"
+        )
+
+
+def _parse_shape(shape: tuple[Any, ...], op: str = "shape") -> tuple[int, ...]:
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = tuple(shape[0])
-    return tuple(int(s) for s in shape)
+    if all(type(s) is int for s in shape):  # the common case, checked cheaply
+        return tuple(shape)
+    return tuple(_int(s, op, "dim") for s in shape)
+
+
+def _int(value: Any, op: str, what: str) -> int:
+    """An int or numpy integer; a float (2.5 would truncate), bool or string is refused."""
+    if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
+        return int(value)
+    raise DTypeError(f"[{op}] every {what} must be an int; got {type(value).__name__} {value!r}")
 
 
 def _infer_shape(new: tuple[int, ...], size: int, old: tuple[int, ...]) -> tuple[int, ...]:

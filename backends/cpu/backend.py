@@ -9,14 +9,17 @@ backend accepts strided input and never needs a copy for a transpose or a broadc
 
 from __future__ import annotations
 
+import functools
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
+from riftco import ieee
 from riftco.backend import BackendBase, DeviceInfo
+from riftco.ieee import LOUD, quiet
 from riftco.tensor import Storage, Tensor, dense_strides
 
 from .fused import FusedOps
@@ -32,6 +35,18 @@ _COMPARE = {
 }
 
 
+def _rsqrt(v: np.ndarray) -> np.ndarray:
+    return 1.0 / np.sqrt(v)
+
+
+def _plus(v: np.ndarray, value: float) -> np.ndarray:
+    return v + v.dtype.type(value)  # the scalar in the tensor's dtype
+
+
+def _times(v: np.ndarray, value: float) -> np.ndarray:
+    return v * v.dtype.type(value)
+
+
 def view(x: Tensor) -> np.ndarray:
     """The numpy view of a (possibly strided) tensor, without copying."""
     buf: np.ndarray = x.storage.buffer
@@ -45,6 +60,19 @@ def view(x: Tensor) -> np.ndarray:
         strides=tuple(s * item for s in x.strides),
         writeable=False,
     )
+
+
+def _ieee(method: Callable[..., Any]) -> Callable[..., Any]:
+    """``method`` with numpy's floating-point warnings off. IEEE results (inf, NaN) are what
+    every op's spec asks for, so they are not news; and under ``-W error`` a warning would
+    become an exception that stops an op half way."""
+
+    @functools.wraps(method)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        with quiet():
+            return method(*args, **kwargs)
+
+    return run
 
 
 class CPUBackend(FusedOps, BackendBase):
@@ -121,19 +149,32 @@ class CPUBackend(FusedOps, BackendBase):
         return self.result(-view(x))
 
     def exp(self, x: Tensor) -> Tensor:
-        return self.result(np.exp(view(x)))
+        v = view(x)
+        try:
+            return self.result(np.exp(v))
+        except LOUD:  # see ``riftco.ieee``: IEEE is the answer, not an error
+            return self.result(ieee.call(np.exp, v))
 
     def log(self, x: Tensor) -> Tensor:
-        with np.errstate(divide="ignore", invalid="ignore"):
-            return self.result(np.log(view(x)))
+        v = view(x)
+        try:
+            return self.result(np.log(v))
+        except LOUD:  # see ``riftco.ieee``: IEEE is the answer, not an error
+            return self.result(ieee.call(np.log, v))
 
     def sqrt(self, x: Tensor) -> Tensor:
-        with np.errstate(invalid="ignore"):
-            return self.result(np.sqrt(view(x)))
+        v = view(x)
+        try:
+            return self.result(np.sqrt(v))
+        except LOUD:  # see ``riftco.ieee``: IEEE is the answer, not an error
+            return self.result(ieee.call(np.sqrt, v))
 
     def rsqrt(self, x: Tensor) -> Tensor:
-        with np.errstate(divide="ignore", invalid="ignore"):
-            return self.result(1.0 / np.sqrt(view(x)), x.dtype)
+        v = view(x)
+        try:
+            return self.result(_rsqrt(v), x.dtype)
+        except LOUD:
+            return self.result(ieee.call(_rsqrt, v), x.dtype)
 
     def tanh(self, x: Tensor) -> Tensor:
         return self.result(np.tanh(view(x)))
@@ -142,17 +183,32 @@ class CPUBackend(FusedOps, BackendBase):
         return self.result(np.abs(view(x)))
 
     def add(self, a: Tensor, b: Tensor) -> Tensor:
-        return self.result(view(a) + view(b))
+        va, vb = view(a), view(b)
+        try:
+            return self.result(np.add(va, vb))
+        except LOUD:
+            return self.result(ieee.call(np.add, va, vb))
 
     def sub(self, a: Tensor, b: Tensor) -> Tensor:
-        return self.result(view(a) - view(b))
+        va, vb = view(a), view(b)
+        try:
+            return self.result(np.subtract(va, vb))
+        except LOUD:
+            return self.result(ieee.call(np.subtract, va, vb))
 
     def mul(self, a: Tensor, b: Tensor) -> Tensor:
-        return self.result(view(a) * view(b))
+        va, vb = view(a), view(b)
+        try:
+            return self.result(np.multiply(va, vb))
+        except LOUD:
+            return self.result(ieee.call(np.multiply, va, vb))
 
     def div(self, a: Tensor, b: Tensor) -> Tensor:
-        with np.errstate(divide="ignore", invalid="ignore"):
-            return self.result(view(a) / view(b))
+        va, vb = view(a), view(b)
+        try:
+            return self.result(np.divide(va, vb))
+        except LOUD:
+            return self.result(ieee.call(np.divide, va, vb))
 
     def maximum(self, a: Tensor, b: Tensor) -> Tensor:
         return self.result(np.maximum(view(a), view(b)))
@@ -161,13 +217,21 @@ class CPUBackend(FusedOps, BackendBase):
         return self.result(np.minimum(view(a), view(b)))
 
     def add_scalar(self, x: Tensor, value: float) -> Tensor:
-        return self.result(view(x) + x.dtype.type(value))
+        v = view(x)
+        try:
+            return self.result(v + x.dtype.type(value))  # 1e308 is inf in float32
+        except LOUD:
+            return self.result(ieee.call(_plus, v, value))
 
     def mul_scalar(self, x: Tensor, value: float) -> Tensor:
-        return self.result(view(x) * x.dtype.type(value))
+        v = view(x)
+        try:
+            return self.result(v * x.dtype.type(value))  # 1e308 is inf in float32
+        except LOUD:
+            return self.result(ieee.call(_times, v, value))
 
     def pow_scalar(self, x: Tensor, value: float) -> Tensor:
-        with np.errstate(divide="ignore", invalid="ignore"):
+        with quiet():
             if float(value).is_integer() and value >= 0:
                 return self.result(np.power(view(x), int(value)), x.dtype)
             return self.result(np.power(view(x), x.dtype.type(value)))
@@ -181,13 +245,13 @@ class CPUBackend(FusedOps, BackendBase):
     def cast(self, x: Tensor, dtype: np.dtype) -> Tensor:
         v = view(x)
         if dtype.kind != "i":  # to float: round to nearest, overflow to +-inf
-            with np.errstate(over="ignore"):
+            with quiet():
                 return self.result(v.astype(dtype))
         # to int: truncate toward zero, saturate to the range, NaN -> 0
         info = np.iinfo(dtype)
         t = np.trunc(v) if v.dtype.kind == "f" else v
         out = np.zeros(v.shape, dtype=dtype)
-        with np.errstate(invalid="ignore"):
+        with quiet():
             out[t >= info.max] = info.max
             out[t <= info.min] = info.min
             inside = (t > info.min) & (t < info.max)  # False for NaN
@@ -211,7 +275,10 @@ class CPUBackend(FusedOps, BackendBase):
             av = np.swapaxes(av, -1, -2)
         if transpose_b:
             bv = np.swapaxes(bv, -1, -2)
-        return self.result(np.matmul(av, bv))
+        try:
+            return self.result(np.matmul(av, bv))
+        except LOUD:
+            return self.result(ieee.call(np.matmul, av, bv))
 
     def concatenate_last_axis(self, xs: Sequence[Tensor]) -> Tensor:
         return self.result(np.concatenate([view(x) for x in xs], axis=-1))
@@ -219,3 +286,10 @@ class CPUBackend(FusedOps, BackendBase):
     def split_last_axis(self, x: Tensor, sizes: Sequence[int]) -> list[Tensor]:
         cuts = np.cumsum(sizes)[:-1]
         return [self.result(p) for p in np.split(view(x), cuts, axis=-1)]
+
+
+# Every fused op is several numpy expressions, any of which may overflow on huge inputs
+# (the primitives above use ``quiet`` where numpy can warn, and only there).
+for _name, _method in list(vars(FusedOps).items()):
+    if callable(_method) and not _name.startswith("_"):
+        setattr(CPUBackend, _name, _ieee(_method))

@@ -31,8 +31,11 @@ def _v(x: Tensor) -> np.ndarray:
 
 
 def erf(x: np.ndarray) -> np.ndarray:
-    """Exact erf (numpy has none), in float64; fine for a reference, not for speed."""
-    return _erf(x.astype(np.float64)).astype(np.float64)
+    """Exact erf (numpy has none), in float64; fine for a reference, not for speed.
+
+    ``x`` may be a numpy scalar (a 0-d tensor's values after arithmetic), for which the
+    ufunc returns a Python float: hence ``asarray`` on both sides."""
+    return np.asarray(_erf(np.asarray(x, dtype=np.float64)), dtype=np.float64)
 
 
 def gelu_math(x: np.ndarray, approximate: str) -> np.ndarray:
@@ -332,13 +335,17 @@ class FusedOps:
         weight_decay: float,
         step: int,
     ) -> None:
-        """AdamW (Loshchilov & Hutter), in place on the parameter and moment buffers."""
+        """AdamW (Loshchilov & Hutter), in place on the parameter and moment buffers.
+
+        Everything is computed before the first write, so an error part way (a warning
+        turned into one, a failed allocation) leaves all three buffers as they were."""
         p = param.storage.buffer[param.offset : param.offset + param.size]
         mb = m.storage.buffer[m.offset : m.offset + m.size]
         vb = v.storage.buffer[v.offset : v.offset + v.size]
         g = _v(grad).reshape(-1)
-        mb[:] = beta1 * mb + (1.0 - beta1) * g
-        vb[:] = beta2 * vb + (1.0 - beta2) * g * g
-        mhat = mb / (1.0 - beta1**step)
-        vhat = vb / (1.0 - beta2**step)
-        p -= lr * (mhat / (np.sqrt(vhat) + eps) + weight_decay * p)
+        new_m = beta1 * mb + (1.0 - beta1) * g
+        new_v = beta2 * vb + (1.0 - beta2) * g * g
+        mhat = new_m / (1.0 - beta1**step)
+        vhat = new_v / (1.0 - beta2**step)
+        new_p = p - lr * (mhat / (np.sqrt(vhat) + eps) + weight_decay * p)
+        mb[:], vb[:], p[:] = new_m, new_v, new_p

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+from riftco.ieee import LOUD, quiet
 
 
 def pairwise_sum(x: np.ndarray, axes: Sequence[int], keepdims: bool = False) -> np.ndarray:
@@ -22,7 +23,12 @@ def pairwise_sum(x: np.ndarray, axes: Sequence[int], keepdims: bool = False) -> 
         # trailing axes of a C-contiguous array: one contiguous run per result element,
         # which numpy itself sums pairwise
         n = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
-        total = np.add.reduce(x.reshape((*kept, n)), axis=-1)
+        rows = x.reshape((*kept, n))
+        try:
+            total = np.add.reduce(rows, axis=-1)
+        except LOUD:  # IEEE: inf + -inf = NaN (see ``riftco.ieee``)
+            with quiet():
+                total = np.add.reduce(rows, axis=-1)
         if keepdims:
             total = total.reshape(tuple(1 if i in axes else d for i, d in enumerate(x.shape)))
         return np.asarray(total, dtype=x.dtype)
@@ -30,7 +36,7 @@ def pairwise_sum(x: np.ndarray, axes: Sequence[int], keepdims: bool = False) -> 
     rows = np.moveaxis(x, axes, tuple(range(len(axes)))).reshape((n, *kept))
     while len(rows) > 1:
         half = len(rows) // 2
-        with np.errstate(invalid="ignore", over="ignore"):  # IEEE: inf + -inf = NaN
+        with quiet():  # IEEE: inf + -inf = NaN
             paired = rows[:half] + rows[half : 2 * half]
         rows = np.concatenate([paired, rows[2 * half :]]) if len(rows) % 2 else paired
     total = rows[0] if len(rows) else np.zeros(kept, dtype=x.dtype)

@@ -22,7 +22,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from riftco import ieee
 from riftco.backends.cpu.backend import view
+from riftco.ieee import LOUD
 from riftco.tensor import Tensor
 
 _BINARY = {"add": 0, "sub": 1, "mul": 2, "div": 3}  # kernels_layout.c: RIFT_ADD ...
@@ -204,15 +206,23 @@ class NativePrimitives:
 
     def add(self, a: Tensor, b: Tensor) -> Tensor:
         out = self._binary("add", a, b) if a.size >= SMALL else None
-        return out if out is not None else self.result(np.add(dense_view(a), dense_view(b)))
+        return out if out is not None else self._numpy(np.add, a, b)
 
     def sub(self, a: Tensor, b: Tensor) -> Tensor:
         out = self._binary("sub", a, b) if a.size >= SMALL else None
-        return out if out is not None else self.result(np.subtract(dense_view(a), dense_view(b)))
+        return out if out is not None else self._numpy(np.subtract, a, b)
 
     def mul(self, a: Tensor, b: Tensor) -> Tensor:
         out = self._binary("mul", a, b) if a.size >= SMALL else None
-        return out if out is not None else self.result(np.multiply(dense_view(a), dense_view(b)))
+        return out if out is not None else self._numpy(np.multiply, a, b)
+
+    def _numpy(self, ufunc: Any, a: Tensor, b: Tensor) -> Tensor:
+        """Small operands: numpy's call is cheaper than ours (IEEE results, no warnings)."""
+        va, vb = dense_view(a), dense_view(b)
+        try:
+            return self.result(ufunc(va, vb))
+        except LOUD:  # see ``riftco.ieee``
+            return self.result(ieee.call(ufunc, va, vb))
 
     def div(self, a: Tensor, b: Tensor) -> Tensor:
         out = self._binary("div", a, b) if a.size >= SMALL else None
@@ -223,7 +233,11 @@ class NativePrimitives:
         the CPU backend's pairwise numpy."""
         lead = len(axes)
         if lead == x.ndim and x.is_dense:  # everything: numpy sums contiguous data pairwise
-            total = np.add.reduce(dense_view(x).reshape(-1))
+            flat = dense_view(x).reshape(-1)
+            try:
+                total = np.add.reduce(flat)
+            except LOUD:  # IEEE: inf + -inf = NaN
+                total = ieee.call(np.add.reduce, flat)
             return self.result(total.reshape((1,) * lead) if keepdims else total, x.dtype)
         if x.dtype in self._gemm_dtypes and 0 < lead < x.ndim and axes == tuple(range(lead)):
             cols = math.prod(x.shape[lead:])

@@ -195,6 +195,8 @@ class OpenCLRuntime:
         #: CPU devices get kernels shaped for caches and SIMD rather than for threadgroups
         #: (matmul_panel); a plain attribute so tests can force the GPU path on PoCL.
         self.is_cpu = not is_gpu(self.device)
+        #: The largest single buffer the device allows (larger ones fail at creation).
+        self.max_alloc_bytes = int(self.device.max_mem_alloc_size)
 
     @property
     def group_size_hint(self) -> int:
@@ -207,11 +209,22 @@ class OpenCLRuntime:
         return self.is_cpu
 
     def allocate(self, nbytes: int) -> Any:
-        return cl.Buffer(self.context, cl.mem_flags.READ_WRITE, size=max(int(nbytes), 1))
+        if nbytes > self.max_alloc_bytes:  # clCreateBuffer would say INVALID_BUFFER_SIZE
+            raise MemoryError(
+                f"{nbytes:,} bytes exceed the largest buffer {self.device_name} allows "
+                f"(CL_DEVICE_MAX_MEM_ALLOC_SIZE = {self.max_alloc_bytes:,} bytes)"
+            )
+        try:
+            return cl.Buffer(self.context, cl.mem_flags.READ_WRITE, size=max(int(nbytes), 1))
+        except cl.MemoryError as exc:
+            raise MemoryError(f"{self.device_name}: {exc}") from exc
 
     def upload(self, buffer: Any, array: np.ndarray) -> None:
         # Non-blocking: pyopencl's NannyEvent keeps the host copy alive until it is done.
-        cl.enqueue_copy(self.queue, buffer, np.ascontiguousarray(array), is_blocking=False)
+        try:
+            cl.enqueue_copy(self.queue, buffer, np.ascontiguousarray(array), is_blocking=False)
+        except cl.MemoryError as exc:  # a lazily allocated buffer (PoCL) failing at first use
+            raise MemoryError(f"{self.device_name}: {exc}") from exc
 
     def download(self, buffer: Any, nbytes: int) -> np.ndarray:
         out = np.empty(nbytes, dtype=np.uint8)
@@ -254,7 +267,10 @@ class OpenCLRuntime:
         g = self._group_for(kernel)
         total = -(-global_threads // g) * g
         kernel.set_args(*buffers)
-        cl.enqueue_nd_range_kernel(self.queue, kernel, (total,), (g,))
+        try:  # some drivers (PoCL) allocate a buffer's memory at its first use, here
+            cl.enqueue_nd_range_kernel(self.queue, kernel, (total,), (g,))
+        except cl.MemoryError as exc:
+            raise MemoryError(f"{self.device_name}: {exc}") from exc
 
     def synchronize(self) -> None:
         self.queue.finish()

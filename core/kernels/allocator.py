@@ -67,7 +67,7 @@ class CachingAllocator:
                 self.pooled_bytes -= cap
                 self.reuses += 1
         if raw is None:
-            raw = self._allocate(cap)
+            raw = self._fresh(cap)
             with self._lock:
                 self.device_allocations += 1
                 self.reserved_bytes += cap
@@ -78,6 +78,17 @@ class CachingAllocator:
         fin = weakref.finalize(buf, self._release, raw, nbytes, cap)
         fin.atexit = False
         return buf
+
+    def _fresh(self, cap: int) -> Any:
+        """A new raw buffer; when the device refuses, drop the pooled buffers and ask once
+        more (they may be what fills the device), then let the runtime's error through."""
+        try:
+            return self._allocate(cap)
+        except Exception:
+            if not self.pooled_bytes:
+                raise
+        self.empty_cache()
+        return self._allocate(cap)
 
     def _release(self, raw: Any, nbytes: int, cap: int) -> None:
         with self._lock:

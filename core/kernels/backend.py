@@ -25,7 +25,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..backend import BackendBase
-from ..errors import DTypeError, ShapeError
+from ..errors import DTypeError, OutOfMemoryError, ShapeError
+from ..ieee import quiet
 from ..tensor import Tensor
 from .allocator import CachingAllocator
 from .fused import FusedKernels
@@ -160,14 +161,16 @@ class KernelBackend(FusedKernels, PrimitiveKernels, BackendBase):
         key: tuple[Any, ...] | bytes = (dtype, values)
         data = None
         if 0.0 in values:  # -0.0 == 0.0 would share a buffer with 0.0: key by the bytes
-            data = np.asarray(values, dtype=dtype).tobytes()
+            with quiet():  # 1e308 as float32 is inf (IEEE), not news
+                data = np.asarray(values, dtype=dtype).tobytes()
             key = data
         buf = self._constants.get(key)
         if buf is not None:
             self._constants.move_to_end(key)
             return buf
         if data is None:
-            data = np.asarray(values, dtype=dtype).tobytes()
+            with quiet():
+                data = np.asarray(values, dtype=dtype).tobytes()
         buf = self._constants[key] = self.runtime.constant(data)
         self._stats.param_buffers += 1
         if len(self._constants) > _CONSTANT_CACHE_SIZE:
@@ -181,12 +184,21 @@ class KernelBackend(FusedKernels, PrimitiveKernels, BackendBase):
         n = math.prod(shape)
         if any(d < 0 for d in shape):
             raise ShapeError(f"[allocate] shape {shape} has a negative dimension ({dtype.name})")
-        if n > MAX_ELEMENTS:
-            raise ShapeError(
-                f"[allocate] {self.name}:{self.device_index} indexes tensors with int32: at "
-                f"most {MAX_ELEMENTS} elements; got shape {shape} ({n} elements of {dtype.name})"
+        nbytes = n * dtype.itemsize
+        if n > MAX_ELEMENTS:  # a MemoryError, so dispatch names the op that asked for it
+            raise OutOfMemoryError(
+                f"[allocate] {self.name}:{self.device_index} cannot hold {nbytes:,} bytes "
+                f"(shape {shape}, {n:,} elements of {dtype.name}): its kernels index tensors "
+                f"with int32, at most {MAX_ELEMENTS:,} elements"
             )
-        buf = self.allocator.allocate(n * dtype.itemsize)
+        try:
+            buf = self.allocator.allocate(nbytes)
+        except Exception as exc:  # the runtime's own words: pyopencl, metalcompute, ...
+            raise OutOfMemoryError(
+                f"[allocate] {self.name}:{self.device_index} could not allocate {nbytes:,} "
+                f"bytes (shape {shape}, {dtype.name}; {self.allocator.allocated_bytes:,} "
+                f"bytes in live tensors): {type(exc).__name__}: {str(exc).strip()}"
+            ) from exc
         return self.wrap(buf, shape, dtype)
 
     # -- allocation and transfer ----------------------------------------------------------------

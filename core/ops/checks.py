@@ -100,14 +100,62 @@ def number(op: str, value: Any, what: str) -> float:
     return float(value)
 
 
+def flag(op: str, value: Any, what: str) -> bool:
+    """A bool (numpy's too). Anything else is refused: ``bool("no")`` is True and
+    ``bool(tensor)`` asks for its length, so converting would hide a wrong argument."""
+    if type(value) is bool:
+        return value
+    if isinstance(value, np.bool_):
+        return bool(value)
+    raise DTypeError(f"[{op}] {what} must be a bool; got {type(value).__name__} {value!r}")
+
+
+def integer(op: str, value: Any, what: str) -> int:
+    """A Python or numpy integer as an int; bools, floats (2.5 would truncate) and
+    strings are refused."""
+    if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
+        return int(value)
+    raise DTypeError(f"[{op}] {what} must be an int; got {type(value).__name__} {value!r}")
+
+
+def dims(op: str, shape: Any, what: str = "shape") -> tuple[int, ...]:
+    """A shape given as a tuple or list of non-negative ints, as a tuple."""
+    if not isinstance(shape, (tuple, list)):
+        raise DTypeError(
+            f"[{op}] {what} must be a tuple of ints; got {type(shape).__name__} {shape!r}"
+        )
+    out = tuple(integer(op, s, f"every dim of {what} {tuple(shape)!r}") for s in shape)
+    if any(s < 0 for s in out):
+        raise ShapeError(f"[{op}] dims must be >= 0; got {what} {out}")
+    return out
+
+
+def backend_arg(op: str, backend: Any) -> Backend:
+    """A backend instance (``riftco.device("cpu").backend``), for ops that take one."""
+    if not (
+        isinstance(getattr(backend, "dtypes", None), frozenset)
+        and isinstance(getattr(backend, "name", None), str)
+    ):
+        raise DTypeError(
+            f"[{op}] expects a backend instance such as riftco.device('cpu').backend; got "
+            f"{type(backend).__name__} {backend!r}"
+        )
+    return backend
+
+
 def axes(op: str, x: Tensor, axes: int | Sequence[int] | None) -> tuple[int, ...]:
     """Reduction axes as sorted non-negative ints (``None``: all), each in range, no repeats."""
     if axes is None:
         return tuple(range(x.ndim))
-    if isinstance(axes, (int, np.integer)):
+    if isinstance(axes, (int, np.integer)) and not isinstance(axes, (bool, np.bool_)):
         axes = (int(axes),)
+    if not isinstance(axes, (tuple, list)):
+        raise DTypeError(
+            f"[{op}] axes must be an int, a tuple of ints or None; got {type(axes).__name__}"
+        )
     out = []
     for a in axes:
+        a = integer(op, a, "an axis")
         if not -x.ndim <= a < x.ndim:
             raise ShapeError(f"[{op}] axis {a} is out of range for shape {x.shape}")
         out.append(int(a) % x.ndim)

@@ -9,7 +9,10 @@ like (an :class:`Out` per output) and calls :func:`dispatch`, which
 3. lets the shadow validator (``RIFTCO_VALIDATE=cpu``) look before and after;
 4. checks the result's metadata: output count, that each is a Tensor of this backend with
    the promised shape and dtype, and that it is a new tensor where one is promised. A
-   float64 result from a float32 op fails here, at once, naming the op and the backend.
+   float64 result from a float32 op fails here, at once, naming the op and the backend;
+5. turns a ``MemoryError`` raised inside the call (numpy's, or the kernel host layer's
+   translation of a runtime's) into ``OutOfMemoryError`` naming the op, the operands and
+   the bytes its outputs need.
 
 The contract check reads a few attributes per output, no values: cheap enough for every
 call, and it is what turns a backend bug into an error at the op that has it.
@@ -17,12 +20,13 @@ call, and it is what turns a backend bug into an error at the op that has it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import numpy as np
 
-from ..errors import BackendContractError
+from ..errors import BackendContractError, OutOfMemoryError
 from ..tensor import Tensor
 from .opunit import OpUnit
 
@@ -73,25 +77,55 @@ def dispatch(
     ``prep=False`` passes views through untouched (``copy_strided`` and ``to_numpy``
     exist to read them)."""
     fn = getattr(backend, unit.name, None)
-    if fn is None:
-        if unit.composite is None:  # a required method: plugins refuse such backends
-            raise BackendContractError(
-                f"[{unit.name}] backend {backend.name}:{backend.device_index} does not "
-                "implement this required protocol method"
-            )
-        out = unit.composite(*args)
-    else:
-        if prep and not backend.accepts_strided:
-            args = tuple([_prep(a) for a in args])
-        v = validator
-        if v is None:
-            out = fn(*args)
+    try:  # free when nothing raises (zero-cost exception handling)
+        if fn is None:
+            if unit.composite is None:  # a required method: plugins refuse such backends
+                raise BackendContractError(
+                    f"[{unit.name}] backend {backend.name}:{backend.device_index} does not "
+                    "implement this required protocol method"
+                )
+            out = unit.composite(*args)
         else:
-            state = v.before(unit, backend, args)
-            out = fn(*args)
-            v.after(unit, backend, args, out, state)
+            if prep and not backend.accepts_strided:
+                args = tuple([_prep(a) for a in args])
+            v = validator
+            if v is None:
+                out = fn(*args)
+            else:
+                state = v.before(unit, backend, args)
+                out = fn(*args)
+                v.after(unit, backend, args, out, state)
+    except MemoryError as exc:  # numpy's _ArrayMemoryError; a kernel host layer's OOM error
+        raise out_of_memory(unit, backend, args, expect, exc) from exc
     check_result(unit, backend, args, out, expect)
     return out
+
+
+def out_of_memory(
+    unit: OpUnit, backend: Any, args: Sequence[Any], expect: Expect, exc: BaseException
+) -> OutOfMemoryError:
+    """The error for an allocation that failed inside ``unit``'s backend call or composite:
+    the op, the device, what the outputs needed, the operands, and the runtime's words.
+
+    An allocation cannot be checked before the call (a backend allocates scratch and a
+    composite intermediates), so this is raised from the failure; in-place ops keep their
+    tensors unchanged (they allocate before they write, see ``assign_many_``)."""
+    outs = [] if expect is None else [expect] if type(expect) is Out else list(expect)
+    need = sum(math.prod(o.shape) * o.dtype.itemsize for o in outs)
+    names = _names(unit, len(outs)) if outs else []
+    wanted = ", ".join(f"{n} {o.shape} {o.dtype.name}" for n, o in zip(names, outs, strict=True))
+    what = f"its outputs ({wanted}) need {need:,} bytes" if outs else "it works in place"
+    ops = []
+    for a in args:
+        if type(a) is Tensor:
+            ops.append(f"{a.shape} {a.dtype.name}")
+        elif type(a) is list and a and type(a[0]) is Tensor:
+            ops.append("[" + ", ".join(f"{x.shape} {x.dtype.name}" for x in a) + "]")
+    detail = str(exc).strip() or "no detail"
+    return OutOfMemoryError(
+        f"[{unit.name}] backend {_who(backend)} ran out of memory: {what}; operands "
+        f"{', '.join(ops) or '-'} ({type(exc).__name__}: {detail})"
+    )
 
 
 def check_result(unit: OpUnit, backend: Any, args: Sequence[Any], out: Any, expect: Expect) -> None:

@@ -9,15 +9,16 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any, Protocol
 
-from ...errors import ShapeError
+from ...errors import DomainError, ShapeError
 from ...tensor import Tensor
 from .. import checks
 from ..dispatch import dispatch
 from ..opunit import OpUnit, Tolerance, Tolerances, register
 from ..primitive.binary import add, add_scalar, div, mul, mul_scalar, sub
-from ..primitive.memory import assign_
+from ..primitive.memory import assign_many_
 from ..primitive.unary import sqrt
 from ..samples import (
     Arr,
@@ -74,15 +75,45 @@ def adam_update(
     for t, what in ((param, "param"), (m, "m"), (v, "v")):
         if not t.is_dense or t.storage.size != t.size:
             raise ShapeError(f"[{op}] {what} must be a dense tensor owning its storage")
-    if not isinstance(step, int) or step < 1:
+    if not isinstance(step, int) or isinstance(step, bool) or step < 1:
         raise ShapeError(f"[{op}] step counts from 1; got {step!r}")
     hyper = tuple(checks.number(op, x, name) for x, name in (
         (lr, "lr"), (beta1, "beta1"), (beta2, "beta2"), (eps, "eps"),
         (weight_decay, "weight_decay")))  # fmt: skip
+    check_hyper(op, hyper, step)
     dispatch(ADAM_UPDATE, backend, (param, grad, m, v, *hyper, int(step)), None)
     param.bump_version()
     m.bump_version()
     v.bump_version()
+
+
+#: Steps beyond this are refused: the bias corrections ``beta ** step`` need a float step.
+MAX_STEP = 2**62
+
+
+def check_hyper(op: str, hyper: tuple[float, ...], step: int) -> None:
+    """Hyperparameters for which every backend computes the same finite step.
+
+    ``beta = 1`` divides by ``1 - beta ** step = 0`` (composites raise ZeroDivisionError,
+    kernels make inf), ``beta > 1`` overflows ``beta ** step`` on the host, and a NaN
+    hyperparameter writes NaN into every parameter: all refused before any write.
+    ``hyper`` is ``(lr, beta1, beta2, eps, weight_decay)``."""
+    lr, beta1, beta2, eps, weight_decay = hyper
+    finite = all(math.isfinite(x) for x in hyper)
+    if not (
+        finite
+        and lr >= 0.0
+        and 0.0 <= beta1 < 1.0
+        and 0.0 <= beta2 < 1.0
+        and eps >= 0.0
+        and weight_decay >= 0.0
+        and step <= MAX_STEP
+    ):
+        raise DomainError(
+            f"[{op}] needs finite lr >= 0, 0 <= beta1 < 1, 0 <= beta2 < 1, eps >= 0, "
+            f"weight_decay >= 0 and step <= 2**62; got lr={lr!r}, beta1={beta1!r}, "
+            f"beta2={beta2!r}, eps={eps!r}, weight_decay={weight_decay!r}, step={step!r}"
+        )
 
 
 def adam_update_composite(
@@ -96,9 +127,7 @@ def adam_update_composite(
     update = div(mhat, add_scalar(sqrt(vhat), eps))
     update = add(update, mul_scalar(param, weight_decay))
     new_p = sub(param, mul_scalar(update, lr))
-    assign_(m, new_m)
-    assign_(v, new_v)
-    assign_(param, new_p)
+    assign_many_((m, new_m), (v, new_v), (param, new_p))  # all or nothing
 
 
 # -- conformance samples ---------------------------------------------------------------------------

@@ -75,7 +75,8 @@ def attention(
     s = checks.number("attention", scale, "scale")
     b, h, t, _ = q.shape
     expect = (Out(q.shape, q.dtype), Out((b, h, t, t), q.dtype))
-    return dispatch(ATTENTION, backend, (q, k, v, s, bool(causal)), expect)
+    causal = checks.flag("attention", causal, "causal")
+    return dispatch(ATTENTION, backend, (q, k, v, s, causal), expect)
 
 
 def attention_backward(

@@ -101,8 +101,9 @@ def attention_qkv(
     backend = checks.float_operands(op, qkv)
     b, t, c, h = check_fused_qkv(op, qkv, heads)
     s = checks.number(op, scale, "scale")
-    expect = (Out((b, t, c), qkv.dtype), Out(_stat_shape(b, h, t, bool(flash)), qkv.dtype))
-    return dispatch(ATTENTION_QKV, backend, (qkv, h, s, bool(causal), bool(flash)), expect)
+    causal, flash = checks.flag(op, causal, "causal"), checks.flag(op, flash, "flash")
+    expect = (Out((b, t, c), qkv.dtype), Out(_stat_shape(b, h, t, flash), qkv.dtype))
+    return dispatch(ATTENTION_QKV, backend, (qkv, h, s, causal, flash), expect)
 
 
 def attention_qkv_backward(
@@ -120,10 +121,10 @@ def attention_qkv_backward(
     b, t, c, h = check_fused_qkv(op, qkv, heads)
     checks.shape_is(op, dout, (b, t, c), "dout")
     checks.shape_is(op, out, (b, t, c), "out")
-    flash = bool(flash)
+    causal, flash = checks.flag(op, causal, "causal"), checks.flag(op, flash, "flash")
     checks.shape_is(op, stat, _stat_shape(b, h, t, flash), "lse" if flash else "probs")
     s = checks.number(op, scale, "scale")
-    args = (dout, qkv, out, stat, h, s, bool(causal), flash)
+    args = (dout, qkv, out, stat, h, s, causal, flash)
     return dispatch(ATTENTION_QKV_BACKWARD, backend, args, Out(qkv.shape, qkv.dtype))
 
 

@@ -71,7 +71,8 @@ def flash_attention(
     check_qkv("flash_attention", q, k, v)
     s = checks.number("flash_attention", scale, "scale")
     expect = (Out(q.shape, q.dtype), Out(q.shape[:-1], q.dtype))
-    return dispatch(FLASH_ATTENTION, backend, (q, k, v, s, bool(causal)), expect)
+    causal = checks.flag("flash_attention", causal, "causal")
+    return dispatch(FLASH_ATTENTION, backend, (q, k, v, s, causal), expect)
 
 
 def flash_attention_backward(
@@ -92,7 +93,7 @@ def flash_attention_backward(
     checks.shape_is(op, lse, q.shape[:-1], "lse")
     s = checks.number(op, scale, "scale")
     grad = Out(q.shape, q.dtype)
-    args = (dout, q, k, v, out, lse, s, bool(causal))
+    args = (dout, q, k, v, out, lse, s, checks.flag(op, causal, "causal"))
     return dispatch(FLASH_ATTENTION_BACKWARD, backend, args, (grad, grad, grad))
 
 

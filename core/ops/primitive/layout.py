@@ -12,7 +12,7 @@ import builtins
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from ...errors import ShapeError
+from ...errors import DTypeError, ShapeError
 from ...tensor import Tensor
 from .. import checks
 from ..dispatch import Out, dispatch
@@ -44,6 +44,10 @@ class LayoutMethods(Protocol):
 
 
 def concatenate_last_axis(xs: Sequence[Tensor]) -> Tensor:
+    if not isinstance(xs, (list, tuple)):
+        raise DTypeError(
+            f"[concatenate_last_axis] expects a list or tuple of tensors; got {type(xs).__name__}"
+        )
     xs = list(xs)
     if not xs:
         raise ShapeError("[concatenate_last_axis] needs at least one tensor")
@@ -61,7 +65,11 @@ def concatenate_last_axis(xs: Sequence[Tensor]) -> Tensor:
 
 def split_last_axis(x: Tensor, sizes: Sequence[int]) -> list[Tensor]:
     checks.tensor("split_last_axis", x)
-    sizes = [int(s) for s in sizes]
+    if not isinstance(sizes, (list, tuple)):
+        raise DTypeError(
+            f"[split_last_axis] sizes must be a list or tuple of ints; got {type(sizes).__name__}"
+        )
+    sizes = [checks.integer("split_last_axis", s, "every size") for s in sizes]
     if x.ndim == 0 or builtins.sum(sizes) != x.shape[-1] or builtins.any(s <= 0 for s in sizes):
         raise ShapeError(
             f"[split_last_axis] positive sizes {sizes} must add up to the last dim of {x.shape}"

@@ -56,7 +56,16 @@ def _dims(a: Tensor, b: Tensor, ta: bool, tb: bool) -> tuple[int, int, int, int]
 
 
 def matmul(a: Tensor, b: Tensor, transpose_a: bool = False, transpose_b: bool = False) -> Tensor:
-    ta, tb = bool(transpose_a), bool(transpose_b)
+    ta = (
+        transpose_a
+        if type(transpose_a) is bool
+        else checks.flag("matmul", transpose_a, "transpose_a")
+    )
+    tb = (
+        transpose_b
+        if type(transpose_b) is bool
+        else checks.flag("matmul", transpose_b, "transpose_b")
+    )
     if not (
         type(a) is Tensor
         and type(b) is Tensor

@@ -15,8 +15,14 @@ from typing import Any, Protocol
 import numpy as np
 
 from ... import dtypes as _dt
-from ...errors import BackendContractError, OutOfMemoryError, RiftcoError, ShapeError
-from ...tensor import Tensor
+from ...errors import (
+    BackendContractError,
+    DTypeError,
+    OutOfMemoryError,
+    RiftcoError,
+    ShapeError,
+)
+from ...tensor import Tensor, check_extent
 from .. import checks, deferred
 from ..dispatch import Out, dispatch
 from ..opunit import EXACT_TOLERANCES, OpUnit, register
@@ -42,7 +48,9 @@ class MemoryMethods(Protocol):
 
         Core has checked that every dim is >= 0 and that ``dtype`` is one the backend
         declares. A failed allocation may raise anything: core reports it as
-        ``OutOfMemoryError`` naming the op, shape, dtype and bytes."""
+        ``OutOfMemoryError`` naming the op, shape, dtype and bytes. Inside any other
+        method, let a failed allocation surface as a ``MemoryError`` (numpy's does): core
+        reports it the same way, naming that op."""
         ...
 
     def from_numpy(self, array: np.ndarray) -> Tensor:
@@ -80,10 +88,10 @@ class MemoryMethods(Protocol):
 # -- public functions ---------------------------------------------------------------------------
 def allocate(backend: Any, shape: tuple[int, ...], dtype: Any) -> Tensor:
     """A new dense tensor on ``backend`` (contents undefined)."""
+    checks.backend_arg("allocate", backend)
     dt = _dt.as_dtype(dtype, "allocate")
-    shape = tuple(int(s) for s in shape)
-    if any(s < 0 for s in shape):
-        raise ShapeError(f"[allocate] dims must be >= 0; got shape {shape}")
+    shape = checks.dims("allocate", shape)
+    check_extent("allocate", shape, dt)
     checks.supported("allocate", backend, dt)
     try:
         out = backend.allocate(shape, dt)
@@ -101,17 +109,23 @@ def allocate(backend: Any, shape: tuple[int, ...], dtype: Any) -> Tensor:
 
 def upload(backend: Any, array: np.ndarray) -> Tensor:
     """A new tensor on ``backend`` holding a copy of ``array`` (dtype kept, never cast)."""
-    arr = np.asarray(array, order="C")  # NOTE: keeps 0-d arrays 0-d, unlike ascontiguousarray
+    checks.backend_arg("from_numpy", backend)
+    if isinstance(array, Tensor):
+        raise DTypeError("[from_numpy] expects a host array; got a Tensor (move it with .to())")
+    try:  # NOTE: asarray keeps 0-d arrays 0-d, unlike ascontiguousarray
+        arr = np.asarray(array, order="C")
+    except (TypeError, ValueError) as exc:  # e.g. a ragged nested list
+        raise DTypeError(
+            f"[from_numpy] cannot read {type(array).__name__} as an array: {exc}"
+        ) from None
     dt = _dt.as_dtype(arr.dtype, "from_numpy")
     checks.supported("from_numpy", backend, dt)
     try:
         out = backend.from_numpy(arr)
-    except RiftcoError:
-        raise
-    except MemoryError as exc:
+    except MemoryError as exc:  # numpy's, a runtime's, or a kernel host layer's own
         raise OutOfMemoryError(
             f"[from_numpy] backend {backend.name}:{backend.device_index} could not allocate "
-            f"{arr.nbytes:,} bytes (shape {arr.shape}, {dt.name})"
+            f"{arr.nbytes:,} bytes (shape {arr.shape}, {dt.name}): {type(exc).__name__}: {exc}"
         ) from exc
     _check_new(FROM_NUMPY, backend, out, Out(arr.shape, dt))
     return out
@@ -173,9 +187,30 @@ def fill_(x: Tensor, value: float) -> Tensor:
     checks.tensor("fill_", x)
     if not x.is_dense:
         raise ShapeError(f"[fill_] needs a dense tensor (offset 0, C-contiguous); got {x!r}")
-    dispatch(FILL, x.backend, (x, checks.number("fill_", value, "value")), None, prep=False)
+    dispatch(FILL, x.backend, (x, fill_value("fill_", x.dtype, value)), None, prep=False)
     x.bump_version()
     return x
+
+
+def fill_value(op: str, dtype: np.dtype, value: Any) -> float | int:
+    """``value`` as ``dtype`` will hold it, decided once here for every backend: a float
+    for float dtypes (rounded to float32 when it is one, overflowing to +-inf), an int for
+    integer ones by ``cast``'s rule (truncate toward zero, saturate, NaN -> 0), so no
+    backend meets a NaN or a 1e30 it cannot convert."""
+    v = checks.number(op, value, "value")
+    if dtype.kind == "f":
+        with np.errstate(over="ignore"):
+            return float(dtype.type(v))
+    info = np.iinfo(dtype)
+    if isinstance(value, (int, np.integer)):
+        exact = int(value)  # exact even beyond 2**53
+    elif math.isnan(v):
+        return 0
+    elif math.isinf(v):
+        exact = info.max if v > 0 else info.min
+    else:
+        exact = int(v)  # truncates toward zero
+    return min(max(exact, int(info.min)), int(info.max))
 
 
 def full_like(like: Tensor, value: float, shape: tuple[int, ...] | None = None) -> Tensor:
@@ -184,10 +219,10 @@ def full_like(like: Tensor, value: float, shape: tuple[int, ...] | None = None) 
     A device fill with no upload: ops, composites and compiled objectives use it for the
     constants they combine with an operand they already checked."""
     checks.tensor("full_like", like)
-    if shape is not None and any(int(s) < 0 for s in shape):
-        raise ShapeError(f"[full_like] dims must be >= 0; got shape {tuple(shape)}")
-    out = allocate(like.backend, like.shape if shape is None else tuple(shape), like.dtype)
-    dispatch(FILL, like.backend, (out, float(value)), None, prep=False)
+    dims = like.shape if shape is None else checks.dims("full_like", shape)
+    fill = fill_value("full_like", like.dtype, value)
+    out = allocate(like.backend, dims, like.dtype)
+    dispatch(FILL, like.backend, (out, fill), None, prep=False)
     return out
 
 
@@ -195,20 +230,32 @@ def assign_(dst: Tensor, src: Tensor) -> Tensor:
     """In place: ``dst`` takes the values of ``src`` (same shape, dtype, backend).
 
     ``dst``'s storage receives a dense copy of ``src``'s buffer, so it works on every backend
-    without a strided-write protocol method; ``dst`` must cover its whole storage."""
-    checks.tensor("assign_", dst)
-    checks.tensor("assign_", src)
-    checks.same_backend("assign_", dst, src)
-    checks.same_shape("assign_", dst, src)
-    checks.same_dtype("assign_", dst, src)
-    if not dst.is_dense or dst.storage.size != dst.size:
-        raise ShapeError("[assign_] destination must be a dense tensor owning its whole storage")
-    fresh = copy_strided(src)
-    # Swap, not overwrite: ``fresh``'s storage then releases dst's old buffer when it dies,
-    # so a backend's release hook (byte count, buffer pool) never frees the live one.
-    dst.storage.buffer, fresh.storage.buffer = fresh.storage.buffer, dst.storage.buffer
-    dst.bump_version()
+    without a strided-write protocol method; ``dst`` must cover its whole storage. The copy
+    is made before ``dst`` changes: a failed one (out of memory) leaves ``dst`` as it was."""
+    assign_many_((dst, src))
     return dst
+
+
+def assign_many_(*pairs: tuple[Tensor, Tensor]) -> None:
+    """``assign_`` for several ``(dst, src)`` pairs, all or nothing: every pair is checked and
+    every copy made before the first destination changes (how a composite in-place op such
+    as AdamW's keeps "nothing half-written" when an allocation fails part way)."""
+    for dst, src in pairs:
+        checks.tensor("assign_", dst)
+        checks.tensor("assign_", src)
+        checks.same_backend("assign_", dst, src)
+        checks.same_shape("assign_", dst, src)
+        checks.same_dtype("assign_", dst, src)
+        if not dst.is_dense or dst.storage.size != dst.size:
+            raise ShapeError(
+                "[assign_] destination must be a dense tensor owning its whole storage"
+            )
+    fresh = [copy_strided(src) for _, src in pairs]
+    for (dst, _), new in zip(pairs, fresh, strict=True):
+        # Swap, not overwrite: ``new``'s storage then releases dst's old buffer when it dies,
+        # so a backend's release hook (byte count, buffer pool) never frees the live one.
+        dst.storage.buffer, new.storage.buffer = new.storage.buffer, dst.storage.buffer
+        dst.bump_version()
 
 
 def _contract(unit: OpUnit, backend: Any, what: str) -> BackendContractError:

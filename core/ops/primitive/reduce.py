@@ -80,7 +80,7 @@ def _reduce(unit: OpUnit, x: Tensor, axes: Axes, keepdims: bool) -> Tensor:
             return x
     if unit is MAX and 0 in x.shape and builtins.any(x.shape[a] == 0 for a in ax):
         raise ShapeError(f"[max] cannot reduce an empty axis of shape {x.shape}")
-    keep = bool(keepdims)
+    keep = keepdims if type(keepdims) is bool else checks.flag(unit.name, keepdims, "keepdims")
     return dispatch(unit, x.backend, (x, ax, keep), Out(_kept(x.shape, ax, keep), x.dtype))
 
 
