@@ -47,8 +47,8 @@ from riftco.ops.primitive.memory import storage_array  # noqa: E402
 from riftco.ops.samples import LAYOUTS, Arr, Ctx, Example  # noqa: E402
 from riftco.tensor import Tensor  # noqa: E402
 
-#: Examples per (backend, op): 49 units x 5 backends take ~20 s on 2 cores with warm kernel
-#: caches (~50 s when every OpenCL program compiles cold).
+#: Examples per (backend, op): 49 units x 5 backends (no CUDA here) take ~20 s on 2 cores
+#: with warm kernel caches (~50 s when every OpenCL program compiles cold).
 #: ``RIFTCO_FUZZ_EXAMPLES=200`` digs deeper (minutes); the examples stay derandomised.
 MAX_EXAMPLES = int(os.environ.get("RIFTCO_FUZZ_EXAMPLES", "20"))
 #: ``RIFTCO_FUZZ_SEED=N`` explores other examples than the derandomised default run.
@@ -99,6 +99,7 @@ _FACTORIES: dict[str, Callable[[], Any]] = {
     "cffi_example": lambda: _registry_backend("cffi_example"),
     "opencl:0": lambda: _registry_backend("opencl", 0),
     "metal-standin": _metal_standin,
+    "cuda:0": lambda: _registry_backend("cuda", 0),
 }
 _made: dict[str, Any] = {}
 
