@@ -176,6 +176,10 @@ ADAM_UPDATE = OpUnit(
               lambda t: adam_update(t.f(4, 3).transpose(), t.f(3, 4), t.f(3, 4), t.f(3, 4), 0.1)),
         error("adam_update_step_0", "adam_update",
               lambda t: adam_update(t.f(3), t.f(3), t.f(3), t.f(3), 0.1, step=0)),
+        error("adam_update_beta1_1", "adam_update",  # 1 / (1 - 1**step): was ZeroDivisionError
+              lambda t: adam_update(t.f(3), t.f(3), t.f(3), t.f(3), 0.1, beta1=1.0)),
+        error("adam_update_lr_nan", "adam_update",
+              lambda t: adam_update(t.f(3), t.f(3), t.f(3), t.f(3), float("nan"))),
     ),
 )  # fmt: skip
 

@@ -164,6 +164,7 @@ ROW_EDGES = edges(
     {"label": "size-1 axes", "shape": (1, 1, 1)},
     {"label": "odd sizes", "shape": (3, 5, 67)},
     {"label": "empty", "shape": (0, 7)},
+    {"label": "0-d", "shape": ()},  # the cpu reference's exact form once failed here
     {"label": "transposed", "shape": (9, 33), "layout": "transposed"},
     {"label": "offset x[1:]", "shape": (5, 9), "layout": "offset"},
     {"label": "rows x[:, :k]", "shape": (4, 17), "layout": "rows"},
