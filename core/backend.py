@@ -25,8 +25,10 @@ Conventions shared by every method:
 * Fused operations are optional. A backend class that defines one runs it natively;
   otherwise core runs the op unit's composite, built from the primitives.
 
-Protocol version 1.0. A change that removes or alters a method bumps the major number;
-adding an optional fused op bumps the minor number.
+Protocol version 1.1 (1.1 added the optional ``linear``/``linear_backward`` and
+``attention_qkv``/``attention_qkv_backward``; a 1.0 backend runs their composites). A change
+that removes or alters a method bumps the major number; adding an optional fused op bumps
+the minor number.
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ from .ops.primitive.select import COMPARE_OPS, SelectMethods  # noqa: F401  (re-
 from .ops.primitive.unary import UnaryMethods
 from .tensor import Tensor
 
-PROTOCOL_VERSION: tuple[int, int] = (1, 0)
+PROTOCOL_VERSION: tuple[int, int] = (1, 1)
 
 #: Every required method (a backend missing one is refused at load time), in unit order.
 PRIMITIVE_OPS: tuple[str, ...] = tuple(u.name for u in units() if u.kind != "fused")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from helpers import plugin_for
-from riftco.backend import FUSED_OPS
+from riftco.backend import FUSED_OPS, PROTOCOL_VERSION
 from riftco.backends.cpu.backend import CPUBackend
 from riftco.cli import main
 
@@ -38,7 +38,10 @@ def test_backends_json_lists_cpu_with_capabilities(registry, capsys):
     rows = {row["name"]: row for row in data["backends"]}
     cpu = rows["cpu"]
     assert cpu["available"] is True and cpu["reason"] == ""
-    assert cpu["protocol_version"] == [1, 0] and cpu["distribution"] == "riftco"
+    assert (
+        cpu["protocol_version"] == list(PROTOCOL_VERSION) == [1, 1]
+        and cpu["distribution"] == "riftco"
+    )
     assert cpu["capabilities"]["dtypes"] == ["float32", "float64", "int32", "int64"]
     assert cpu["capabilities"]["fused"] == {op: "native" for op in FUSED_OPS}
     assert cpu["capabilities"]["accepts_strided"] is True

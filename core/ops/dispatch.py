@@ -42,8 +42,9 @@ class Out(NamedTuple):
 
 
 #: ``Out`` for one result, a tuple for a fixed number, a list for a variable number
-#: (``split_last_axis``), ``None`` for an in-place op that returns nothing.
-Expect = Out | tuple[Out, ...] | list[Out] | None
+#: (``split_last_axis``), ``None`` for an in-place op that returns nothing. A Tensor means
+#: "one result shaped and typed like this operand" (elementwise ops: no ``Out`` to build).
+Expect = Out | Tensor | tuple[Out, ...] | list[Out] | None
 
 
 class Validator(Protocol):
@@ -97,6 +98,16 @@ def dispatch(
                 v.after(unit, backend, args, out, state)
     except MemoryError as exc:  # numpy's _ArrayMemoryError; a kernel host layer's OOM error
         raise out_of_memory(unit, backend, args, expect, exc) from exc
+    if type(expect) is Tensor:  # the elementwise fast path of check_result, inline
+        if (
+            type(out) is Tensor
+            and out.backend is backend
+            and out.shape == expect.shape
+            and out.dtype == expect.dtype
+            and not _aliases(out, args)
+        ):
+            return out
+        expect = Out(expect.shape, expect.dtype)
     check_result(unit, backend, args, out, expect)
     return out
 
@@ -110,7 +121,9 @@ def out_of_memory(
     An allocation cannot be checked before the call (a backend allocates scratch and a
     composite intermediates), so this is raised from the failure; in-place ops keep their
     tensors unchanged (they allocate before they write, see ``assign_many_``)."""
-    outs = [] if expect is None else [expect] if type(expect) is Out else list(expect)
+    if isinstance(expect, Tensor):
+        expect = Out(expect.shape, expect.dtype)
+    outs = [] if expect is None else [expect] if isinstance(expect, Out) else list(expect)
     need = sum(math.prod(o.shape) * o.dtype.itemsize for o in outs)
     names = _names(unit, len(outs)) if outs else []
     wanted = ", ".join(f"{n} {o.shape} {o.dtype.name}" for n, o in zip(names, outs, strict=True))
@@ -130,7 +143,9 @@ def out_of_memory(
 
 def check_result(unit: OpUnit, backend: Any, args: Sequence[Any], out: Any, expect: Expect) -> None:
     """Raise :class:`BackendContractError` when ``out`` breaks the op's metadata contract."""
-    if type(expect) is Out:
+    if isinstance(expect, Tensor):
+        expect = Out(expect.shape, expect.dtype)
+    if isinstance(expect, Out):
         if (
             type(out) is Tensor
             and out.backend is backend
