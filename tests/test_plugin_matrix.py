@@ -202,7 +202,7 @@ CASES = [
     Case("protocol-str", hook([backend("bk-proto-str", protocol_version="1.0")]),
          "bk-proto-str", r"protocol_version = '1\.0' \(str\)"),
     Case("protocol-major", hook([backend("bk-proto-2", protocol_version=(2, 0))]),
-         "bk-proto-2", r"implements protocol 2\.0 but riftco speaks protocol 1\.0"),
+         "bk-proto-2", r"implements protocol 2\.0 but riftco speaks protocol 1\.1"),
     Case("priority-str", hook([backend("bk-priority", priority="high")]), "bk-priority",
          r"priority = 'high' \(str\); expected an int"),
     Case("missing-primitive", hook([backend("bk-no-matmul", matmul=None)]), "bk-no-matmul",

@@ -247,12 +247,13 @@ def test_protocol_major_mismatch_names_both_versions(registry, monkeypatch):
     registry.register(plugin_for(FutureProtocol, NewerMinor))
     entry = registry.entry("future")
     assert not entry.available
-    assert "protocol 2.0" in entry.reason and "protocol 1.0" in entry.reason
+    major, minor = riftco.PROTOCOL_VERSION
+    assert "protocol 2.0" in entry.reason and f"protocol {major}.{minor}" in entry.reason
     with pytest.raises(BackendUnavailableError, match="protocol 2.0"):
         riftco.device("future")
     assert registry.entry("newer-minor").available  # minor versions are compatible
     monkeypatch.setenv("RIFTCO_STRICT_PLUGINS", "1")
-    with pytest.raises(PluginError, match=r"protocol 2\.0 but riftco speaks protocol 1\.0"):
+    with pytest.raises(PluginError, match=r"protocol 2\.0 but riftco speaks protocol 1\.1"):
         Registry(load_entry_points=False).register(plugin_for(FutureProtocol))
 
 
