@@ -264,8 +264,12 @@ class Variable:
             node.grad = g
 
 
-def make(value: Tensor, op: str, parents: tuple[Variable, ...], rule: Rule) -> Variable:
-    """The output node of one differentiable op (graph recorded only when it is needed)."""
+def make(
+    value: Tensor, op: str, parents: tuple[Variable, ...], rule: Rule, needed: bool | None = None
+) -> Variable:
+    """The output node of one differentiable op (graph recorded only when it is needed).
+
+    ``needed`` is whether any parent requires grad, when the caller already knows it."""
     out = Variable.__new__(Variable)
     out._value = value
     out.grad = None
@@ -279,18 +283,12 @@ def make(value: Tensor, op: str, parents: tuple[Variable, ...], rule: Rule) -> V
         for q in parents:
             if id(q) not in log:
                 log[id(q)] = (q, q._vbase + q._value.storage.version)
-    if _GradMode.enabled:
-        for p in parents:
-            if p.requires_grad:
-                break
-        else:
-            p = None
-    else:
-        p = None
-    if p is not None:
+    if needed is None:
+        needed = any(p.requires_grad for p in parents)
+    if needed and _GradMode.enabled:
         out.requires_grad = True
         out._parents = parents
-        out._versions = tuple(p._vbase + p._value.storage.version for p in parents)
+        out._versions = tuple([p._vbase + p._value.storage.version for p in parents])
         out._backward = rule
         out._seq = next(_seq)
     else:
