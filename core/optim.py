@@ -173,35 +173,61 @@ def clip_grad_norm(params: Iterable[Variable], max_norm: float) -> Tensor:
     Returns the norm before clipping as a 0-d Tensor; call ``.item()`` to read it. When
     every gradient lives on one backend in one dtype (a training run), the norm, the scale
     ``max_norm / max(norm + 1e-6, max_norm)`` and the rescaling all stay on the device: no
-    download, so a GPU step never waits on the host here. Gradients spread over several
-    backends or dtypes need their partial norms summed on the host (one download each).
+    download, so a GPU step never waits on the host here. The gradients are concatenated
+    into one vector first, so the norm is one product and one sum and the rescaling one
+    product, whatever the number of parameters: per parameter, a kernel backend would
+    launch a product, a sum, an accumulation, a broadcast copy of the scale and a product
+    (269 of a 603-launch Metal step for the `make train` model, against 115 this way: the
+    concatenation and the split back copy each gradient once, at the cost of two
+    transient copies of all gradients). Gradients spread over several backends or dtypes
+    need their partial norms summed on the host (one download each).
     """
     grads = [p for p in params if p.grad is not None]
     if not grads:
         return _host_scalar()
+    groups = {(id(_grad(p).backend), _grad(p).dtype) for p in grads}
+    if len(groups) > 1:
+        return _clip_on_host(grads, max_norm)
+    sized = [p for p in grads if _grad(p).size]  # empty gradients have nothing to scale
+    pieces = [_grad(p).contiguous().reshape(-1) for p in sized]
+    first = _grad(grads[0])
+    if not pieces:
+        flat = first.backend.allocate((0,), first.dtype)
+    elif len(pieces) == 1:
+        flat = pieces[0]
+    else:
+        flat = ops.concatenate_last_axis(pieces)
+    total = ops.sum(ops.mul(flat, flat))
+    norm = ops.sqrt(total)  # 0-d, on the device
+    limit = total.backend.allocate((), total.dtype)
+    total.backend.fill(limit, float(max_norm))
+    # scale = max_norm / max(norm + eps, max_norm): exactly 1 below the limit
+    factor = ops.div(limit, ops.maximum(ops.add_scalar(norm, 1e-6), limit))
+    if not pieces:
+        return norm
+    scaled = ops.mul(flat, factor.reshape((1,)).broadcast_to(flat.shape))
+    sizes = [piece.size for piece in pieces]
+    parts = ops.split_last_axis(scaled, sizes) if len(pieces) > 1 else [scaled]
+    for p, part in zip(sized, parts, strict=True):
+        p.grad = part.reshape(_grad(p).shape)
+    return norm
+
+
+def _clip_on_host(grads: list[Variable], max_norm: float) -> Tensor:
+    """Gradients on several backends or in several dtypes: one partial norm per group,
+    summed on the host; each gradient is scaled where it lives."""
     totals: dict[tuple[int, Any], Tensor] = {}
     for p in grads:
         g = _grad(p)
         sq = ops.sum(ops.mul(g, g))
         key = (id(g.backend), g.dtype)
         totals[key] = sq if key not in totals else ops.add(totals[key], sq)
-    if len(totals) > 1:
-        norm_value = math.sqrt(sum(float(t.item()) for t in totals.values()))
-        scale = float(max_norm) / (norm_value + 1e-6)
-        if scale < 1.0:
-            for p in grads:
-                p.grad = ops.mul_scalar(_grad(p), scale)
-        return _host_scalar(norm_value)
-    (total,) = totals.values()
-    norm = ops.sqrt(total)  # 0-d, on the device
-    limit = total.backend.allocate((), total.dtype)
-    total.backend.fill(limit, float(max_norm))
-    # scale = max_norm / max(norm + eps, max_norm): exactly 1 below the limit
-    factor = ops.div(limit, ops.maximum(ops.add_scalar(norm, 1e-6), limit))
-    for p in grads:
-        g = _grad(p)
-        p.grad = ops.mul(g, factor.reshape((1,) * g.ndim).broadcast_to(g.shape))
-    return norm
+    norm_value = math.sqrt(sum(float(t.item()) for t in totals.values()))
+    scale = float(max_norm) / (norm_value + 1e-6)
+    if scale < 1.0:
+        for p in grads:
+            p.grad = ops.mul_scalar(_grad(p), scale)
+    return _host_scalar(norm_value)
 
 
 def _grad(p: Variable) -> Tensor:

@@ -126,3 +126,47 @@ def test_clip_grad_norm_matches_numpy():
 def test_params_must_require_grad():
     with pytest.raises(DTypeError, match="requires_grad"):
         SGD([Variable(riftco.ones(2))], lr=0.1)
+
+
+def _float32_devices():
+    names = ["cpu", "native"]
+    entry = riftco.get_registry().entries.get("opencl")
+    if entry is not None and entry.available and entry.devices():
+        names.append("opencl")
+    return names
+
+
+@pytest.mark.parametrize("device", _float32_devices())
+def test_clip_grad_norm_odd_gradients_float32(device):
+    """The concatenated path: a 0-d gradient, an empty one, a transposed (non-contiguous)
+    one and ordinary matrices, in float32, against the float64 norm of the same values."""
+    dev = riftco.device(device)
+    rng = np.random.default_rng(3)
+    shapes = [(), (0, 3), (4, 5), (7,), (5, 4)]
+    params, host = [], []
+    for i, shape in enumerate(shapes):
+        p = Variable(riftco.zeros(shape, dtype="float32", device=dev), requires_grad=True)
+        g = rng.standard_normal(shape).astype(np.float32) * 3
+        if i == 4:  # the gradient is a transposed view of a (4, 5) buffer
+            p.grad = riftco.tensor(np.ascontiguousarray(g.T), device=dev).transpose(1, 0)
+        else:
+            p.grad = riftco.tensor(g, device=dev)
+        params.append(p)
+        host.append(g.astype(np.float64))
+    norm = np.sqrt(sum((g**2).sum() for g in host))
+    got = clip_grad_norm(params, 1.0)
+    assert got.device == dev and got.dtype == np.float32
+    assert abs(got.item() - norm) <= 1e-6 * norm
+    scale = 1.0 / (norm + 1e-6)
+    for p, g in zip(params, host, strict=True):
+        assert p.grad.shape == g.shape and p.grad.dtype == np.float32
+        np.testing.assert_allclose(p.grad.numpy(), g * scale, rtol=1e-6, atol=1e-7)
+    after = np.sqrt(sum((p.grad.numpy().astype(np.float64) ** 2).sum() for p in params))
+    assert after <= 1.0 + 1e-6
+
+
+def test_clip_grad_norm_only_empty_gradients():
+    p = Variable(riftco.zeros((0,), dtype="float32"), requires_grad=True)
+    p.grad = riftco.zeros((0,), dtype="float32")
+    assert clip_grad_norm([p], 1.0).item() == 0.0
+    assert p.grad.shape == (0,)
