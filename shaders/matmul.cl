@@ -1,7 +1,16 @@
-/* Batched matmul C[b] = A[b] @ B[b] with A, B addressed through strides, so transposes
- * cost nothing: A[m, k] = a[b * sab + m * sam + k * sak], B[k, n] = b[b * sbb + k * sbk +
- * n * sbn]. C is dense [batch, M, N].
- * P: [0] M, [1] N, [2] K, [3] batch, [4] sab, [5] sam, [6] sak, [7] sbb, [8] sbk, [9] sbn.
+/* Batched matmul C[b] = A[b] @ B[b] with every operand addressed through strides, so
+ * transposes and views cost nothing. Batch index b splits into an outer and an inner index
+ * (o = b / inner, i = b % inner: the (batch, head) pair of attention), each with its own
+ * stride, plus an element offset:
+ *   A[m, k] = a[aoff + o * sab + i * sai + m * sam + k * sak]
+ *   B[k, n] = b[boff + o * sbb + i * sbi + k * sbk + n * sbn]
+ *   C[m, n] = c[coff + o * scb + i * sci + m * scm + n]
+ * A dense product has inner = 1 and C dense [batch, M, N]; attention read straight from a
+ * fused q | k | v projection passes column blocks of it and writes into one (see
+ * core/kernels/fused.py).
+ * P: [0] M, [1] N, [2] K, [3] batch, [4] sab, [5] sam, [6] sak, [7] sbb, [8] sbk, [9] sbn,
+ *    [10] inner, [11] sai, [12] aoff, [13] sbi, [14] boff, [15] scb, [16] sci, [17] scm,
+ *    [18] coff.
  * Buffers: c, a, b, P.
  *
  * matmul_tiled: each threadgroup computes 64x64 tiles of C (grid-stride over tiles),
@@ -21,6 +30,11 @@
  * registers). Interior tiles take a branch-free path; edge tiles clamp their reads.
  * Too many registers per thread for a GPU: GPU devices keep matmul_tiled.
  */
+
+/* Element offset of batch `bi`'s matrix: outer index bi / inner, inner index bi % inner. */
+INLINE long mm_at(int bi, int inner, int s_outer, int s_inner, int off) {
+    return (long)(bi / inner) * s_outer + (long)(bi % inner) * s_inner + off;
+}
 
 #define MM_TM 64
 #define MM_TN 64
@@ -44,8 +58,8 @@ KERNEL void matmul_tiled(GLOBAL T* c ARG(0), GLOBAL const T* a ARG(1), GLOBAL co
         const int rem = tile - bi * tiles_m * tiles_n;
         const int m0 = (rem / tiles_n) * MM_TM;
         const int n0 = (rem % tiles_n) * MM_TN;
-        GLOBAL const T* ab = a + bi * sab;
-        GLOBAL const T* bb = b + bi * sbb;
+        GLOBAL const T* ab = a + mm_at(bi, P[10], sab, P[11], P[12]);
+        GLOBAL const T* bb = b + mm_at(bi, P[10], sbb, P[13], P[14]);
         for (int pass = 0; pass * gsize < MM_MICRO; ++pass) {
             const int micro = pass * gsize + lid;
             const bool active = micro < MM_MICRO;
@@ -83,13 +97,14 @@ KERNEL void matmul_tiled(GLOBAL T* c ARG(0), GLOBAL const T* a ARG(1), GLOBAL co
                 BARRIER();
             }
             if (active) {
-                GLOBAL T* cb = c + bi * M * N;
+                GLOBAL T* cb = c + mm_at(bi, P[10], P[15], P[16], P[18]);
+                const int scm = P[17];
                 for (int i = 0; i < MM_W; ++i) {
                     const int gm = m0 + tm + i;
                     if (gm >= M) break;
                     for (int j = 0; j < MM_W; ++j) {
                         const int gn = n0 + tn + j;
-                        if (gn < N) cb[gm * N + gn] = acc[i][j];
+                        if (gn < N) cb[(long)gm * scm + gn] = acc[i][j];
                     }
                 }
             }
@@ -112,8 +127,8 @@ KERNEL void matmul_panel(GLOBAL T* c ARG(0), GLOBAL const T* a ARG(1), GLOBAL co
         const int rem = t - bi * mt * nt;
         const int m0 = (rem / nt) * MP_WM;
         const int n0 = (rem - (rem / nt) * nt) * MP_WN;
-        GLOBAL const T* ab = a + (long)bi * sab + (long)m0 * sam;
-        GLOBAL const T* bb = b + (long)bi * sbb + n0;
+        GLOBAL const T* ab = a + mm_at(bi, P[10], sab, P[11], P[12]) + (long)m0 * sam;
+        GLOBAL const T* bb = b + mm_at(bi, P[10], sbb, P[13], P[14]) + n0;
         T acc[MP_WM][MP_WN];
         UNROLL for (int i = 0; i < MP_WM; ++i) {
             UNROLL for (int j = 0; j < MP_WN; ++j) acc[i][j] = (T)0;
@@ -143,11 +158,12 @@ KERNEL void matmul_panel(GLOBAL T* c ARG(0), GLOBAL const T* a ARG(1), GLOBAL co
                 }
             }
         }
-        GLOBAL T* cb = c + (long)bi * M * N + (long)m0 * N + n0;
+        const int scm = P[17];
+        GLOBAL T* cb = c + mm_at(bi, P[10], P[15], P[16], P[18]) + (long)m0 * scm + n0;
         UNROLL for (int i = 0; i < MP_WM; ++i) {
             if (m0 + i < M) {
                 UNROLL for (int j = 0; j < MP_WN; ++j) {
-                    if (n0 + j < N) cb[i * N + j] = acc[i][j];
+                    if (n0 + j < N) cb[(long)i * scm + j] = acc[i][j];
                 }
             }
         }
@@ -165,11 +181,11 @@ KERNEL void matmul_small(GLOBAL T* c ARG(0), GLOBAL const T* a ARG(1), GLOBAL co
         const int rem = t - bi * M * N;
         const int m = rem / N;
         const int n = rem - m * N;
-        GLOBAL const T* ar = a + bi * sab + m * sam;
-        GLOBAL const T* bc = b + bi * sbb + n * sbn;
+        GLOBAL const T* ar = a + mm_at(bi, P[10], sab, P[11], P[12]) + (long)m * sam;
+        GLOBAL const T* bc = b + mm_at(bi, P[10], sbb, P[13], P[14]) + (long)n * sbn;
         T acc = (T)0;
-        for (int k = 0; k < K; ++k) acc += ar[k * sak] * bc[k * sbk];
-        c[t] = acc;
+        for (int k = 0; k < K; ++k) acc += ar[(long)k * sak] * bc[(long)k * sbk];
+        c[mm_at(bi, P[10], P[15], P[16], P[18]) + (long)m * P[17] + n] = acc;
     }
 }
 
@@ -220,8 +236,8 @@ KERNEL void matmul_wide(GLOBAL T* c ARG(0), GLOBAL const T* a ARG(1), GLOBAL con
         const int rem = tile - bi * tiles_m * tiles_n;
         const int m0 = (rem / tiles_n) * MW_TM;
         const int n0 = (rem % tiles_n) * MW_TN;
-        GLOBAL const T* ab = a + (long)bi * sab;
-        GLOBAL const T* bb = b + (long)bi * sbb;
+        GLOBAL const T* ab = a + mm_at(bi, P[10], sab, P[11], P[12]);
+        GLOBAL const T* bb = b + mm_at(bi, P[10], sbb, P[13], P[14]);
         for (int pass = 0; pass * gsize < MW_SLOTS; ++pass) {
             const int slot = pass * gsize + lid;
             const bool active = slot < MW_SLOTS;
@@ -296,13 +312,14 @@ KERNEL void matmul_wide(GLOBAL T* c ARG(0), GLOBAL const T* a ARG(1), GLOBAL con
                 BARRIER();
             }
             if (active) {
-                GLOBAL T* cb = c + (long)bi * M * N;
+                GLOBAL T* cb = c + mm_at(bi, P[10], P[15], P[16], P[18]);
+                const int scm = P[17];
                 UNROLL for (int i = 0; i < 8; ++i) {
                     const int gm = m0 + (i < 4 ? ty * 4 + i : 64 + ty * 4 + i - 4);
                     if (gm < M) {
                         UNROLL for (int j = 0; j < 8; ++j) {
                             const int gn = n0 + (j < 4 ? tx * 4 + j : 64 + tx * 4 + j - 4);
-                            if (gn < N) cb[(long)gm * N + gn] = acc[i][j];
+                            if (gn < N) cb[(long)gm * scm + gn] = acc[i][j];
                         }
                     }
                 }

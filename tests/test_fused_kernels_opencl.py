@@ -41,14 +41,9 @@ def _close(got: Any, ref: np.ndarray, dtype: Any, what: str, scale: float = 1.0)
     assert_close(got.numpy(), ref, rtol=rtol * scale, atol=atol * scale, msg=what)
 
 
-#: Fused ops the kernel backends run as core's composite on purpose (docs/DECISIONS.md: with
-#: today's kernels no host plan makes fewer launches than attention_qkv's composite).
-COMPOSITE_BY_DESIGN = {"attention_qkv", "attention_qkv_backward"}
-
-
 def test_every_fused_op_is_native(be: OpenCLBackend) -> None:
     fused = be.capabilities().as_dict()["fused"]
-    assert {op for op, how in fused.items() if how != "native"} == COMPOSITE_BY_DESIGN
+    assert {op for op, how in fused.items() if how != "native"} == set()
 
 
 def test_ops_queue_without_reading_back(be: OpenCLBackend) -> None:
@@ -71,6 +66,10 @@ def test_ops_queue_without_reading_back(be: OpenCLBackend) -> None:
     be.attention_backward(out, q, q, q, probs, 0.3)
     out, lse = be.flash_attention(q, q, q, 0.3, True)
     be.flash_attention_backward(out, q, q, q, out, lse, 0.3, True)
+    qkv = up(rng.normal(size=(2, 9, 24)).astype(np.float32))
+    for flash in (False, True):
+        o, stat = be.attention_qkv(qkv, 2, 0.3, True, flash)
+        be.attention_qkv_backward(o, qkv, o, stat, 2, 0.3, True, flash)
     assert be._stats.downloads == before
     assert np.isfinite(out.numpy()).all()
 

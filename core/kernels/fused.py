@@ -409,3 +409,88 @@ class FusedKernels:
                 *outs, q, k, v, dout, lse, drow, ints=ints, floats=(scale,),
             )  # fmt: skip
         return dq, dk, dv
+
+    # -- attention read from a fused q | k | v projection ----------------------------------
+    # Materialised: the products read q, k and v as strided head blocks of qkv and write the
+    # output (forward) or dq | dk | dv (backward) straight into head blocks of theirs, so no
+    # split, merge or concatenation copy runs (3 launches forward, 5 backward, where views
+    # and copies around ``attention`` take 7 and 13). Flash: the flash kernels index dense
+    # [BH, T, D] rows, so the heads are copied in and out around them, as the composite does.
+    product: Any
+    copy_strided: Any
+    concatenate_last_axis: Any
+
+    def attention_qkv(
+        self, qkv: Tensor, heads: int, scale: float, causal: bool, flash: bool
+    ) -> tuple[Tensor, Tensor]:
+        b, t, width = qkv.shape
+        c = width // 3
+        q, k, v = (_heads(qkv, heads, i, 3) for i in range(3))
+        if flash:
+            self._flash_check("attention_qkv", q)
+            cp = self.copy_strided
+            out, lse = self.flash_attention(cp(q), cp(k), cp(v), scale, causal)
+            return self.copy_strided(out.permute(0, 2, 1, 3)).reshape(b, t, c), lse
+        out = self.empty((b, t, c), qkv.dtype)
+        probs = self.empty((b, heads, t, t), qkv.dtype)
+        if b * t == 0:
+            return out, probs
+        self.product(probs, q, k, False, True)  # q k^T, scaled and masked in place below
+        rows = b * heads * t
+        threads, team = _row_plan(rows, t)
+        self.launch(
+            "attention", "attention_softmax", qkv.dtype, threads,
+            probs, ints=(rows, t, team, int(causal)), floats=(scale,),
+        )  # fmt: skip
+        self.product(_heads(out, heads), probs, v, False, False)
+        return out, probs
+
+    def attention_qkv_backward(
+        self,
+        dout: Tensor,
+        qkv: Tensor,
+        out: Tensor,
+        stat: Tensor,
+        heads: int,
+        scale: float,
+        causal: bool,
+        flash: bool,
+    ) -> Tensor:
+        b, t, width = qkv.shape
+        dt = qkv.dtype
+        q, k, v = (_heads(qkv, heads, i, 3) for i in range(3))
+        if flash:
+            self._flash_check("attention_qkv_backward", q)
+            cp = self.copy_strided
+            do, o = cp(_heads(dout, heads)), cp(_heads(out, heads))
+            grads = self.flash_attention_backward(do, cp(q), cp(k), cp(v), o, stat, scale, causal)
+            d = width // 3 // heads
+            per_head = self.concatenate_last_axis(list(grads)).reshape(b, heads, t, 3, d)
+            return self.copy_strided(per_head.permute(0, 2, 3, 1, 4)).reshape(b, t, width)
+        dqkv = self.empty(qkv.shape, dt)
+        if qkv.size == 0:
+            return dqkv
+        dq, dk, dv = (_heads(dqkv, heads, i, 3) for i in range(3))
+        do = _heads(dout, heads)
+        self.product(dv, stat, do, True, False)  # P^T dO
+        ds = self.empty((b, heads, t, t), dt)
+        self.product(ds, do, v, False, True)  # dP = dO V^T, turned into scale * dS in place
+        rows = b * heads * t
+        threads, team = _row_plan(rows, t)
+        self.launch(
+            "attention", "attention_backward_ds", dt, threads,
+            ds, stat, ints=(rows, t, team), floats=(scale,),
+        )  # fmt: skip
+        self.product(dq, ds, k, False, False)
+        self.product(dk, ds, q, True, False)
+        return dqkv
+
+
+def _heads(x: Tensor, heads: int, block: int = 0, blocks: int = 1) -> Tensor:
+    """Column block ``block`` of dense ``x[B, T, blocks * C]`` as a ``[B, H, T, D]`` view:
+    head h is the D columns from ``block * C + h * D`` (the layout ``attention_qkv`` names)."""
+    b, t, width = x.shape
+    c = width // blocks
+    d = c // heads
+    sb, st, _ = x.strides
+    return x._view((b, heads, t, d), (sb, d, st, 1), x.offset + block * c)

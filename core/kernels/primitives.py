@@ -36,6 +36,16 @@ _WIDE_M, _WIDE_N = 128, 128
 _COLUMN_THREADS = 16384
 
 
+def _batch(x: Tensor, split: bool) -> tuple[int, int, int]:
+    """(outer stride, inner stride, offset) of ``x``'s matrices: a ``[B, H, rows, cols]``
+    view's own strides when the batch splits in two, else the matrix size of a contiguous
+    operand whose batch axes flatten into one."""
+    if split:
+        return x.strides[0], x.strides[1], x.offset
+    assert x.is_contiguous, "product: operands with one batch axis must be contiguous"
+    return x.shape[-2] * x.shape[-1], 0, x.offset
+
+
 class PrimitiveKernels(ElementwiseByName):
     """The required primitives (plus AdamW) as launches of ``shaders/`` kernels."""
 
@@ -177,24 +187,49 @@ class PrimitiveKernels(ElementwiseByName):
     # -- linear algebra and layout -------------------------------------------------------------
     def matmul(self, a: Tensor, b: Tensor, transpose_a: bool, transpose_b: bool) -> Tensor:
         a_rows, a_cols = a.shape[-2:]
-        b_rows, b_cols = b.shape[-2:]
         m, k = (a_cols, a_rows) if transpose_a else (a_rows, a_cols)
-        n = b_rows if transpose_b else b_cols
-        batch = math.prod(a.shape[:-2])
+        n = b.shape[-2] if transpose_b else b.shape[-1]
         out = self.empty((*a.shape[:-2], m, n), a.dtype)
+        self.product(out, a, b, transpose_a, transpose_b)
+        return out
+
+    def product(
+        self, out: Tensor, a: Tensor, b: Tensor, transpose_a: bool, transpose_b: bool
+    ) -> None:
+        """``out[..., m, n] = op(a) @ op(b)``, writing through ``out``'s strides.
+
+        Dense operands of any batch rank (the protocol's ``matmul``), or ``[B, H, rows,
+        cols]`` views with any strides and offsets (a head block of a fused q | k | v
+        projection, written into another): the kernels address each operand as offset +
+        outer * s0 + inner * s1 + row * s_row + col * s_col, so views cost no copy. ``out``'s
+        last axis must be contiguous."""
+        m, n = out.shape[-2:]
+        k = a.shape[-1] if not transpose_a else a.shape[-2]
+        batch = math.prod(out.shape[:-2])
         if out.size == 0:
-            return out
+            return
         if k == 0:
+            if not out.is_dense:
+                raise ShapeError(f"[matmul] an empty product into a view {out.shape}")
             self.fill(out, 0.0)  # type: ignore[attr-defined]
-            return out
+            return
+        assert out.strides[-1] == 1 or n == 1, "product: out's last axis must be contiguous"
+        # Logical A[m, k] and B[k, n] as strides into the operands.
+        sar, sac = a.strides[-2:]
+        sam, sak = (sac, sar) if transpose_a else (sar, sac)
         panel = getattr(self.runtime, "is_cpu", False) and m >= 8 and n >= 8
-        if panel and transpose_b:  # matmul_panel reads rows of B: pack B^T once (O(kn))
-            b = self.copy_strided(b.transpose(-1, -2))  # type: ignore[attr-defined]
-            b_rows, b_cols, transpose_b = k, n, False
-        # Logical A[m, k] and B[k, n] as strides into the dense operands.
-        sam, sak = (1, a_cols) if transpose_a else (a_cols, 1)
-        sbk, sbn = (1, b_cols) if transpose_b else (b_cols, 1)
-        ints = [m, n, k, batch, a_rows * a_cols, sam, sak, b_rows * b_cols, sbk, sbn]
+        sbr, sbc = b.strides[-2:]
+        sbk, sbn = (sbc, sbr) if transpose_b else (sbr, sbc)
+        if panel and sbn != 1:  # matmul_panel reads rows of B: pack B once (O(kn))
+            b = self.copy_strided(b.transpose(-1, -2) if transpose_b else b)  # type: ignore[attr-defined]
+            sbk, sbn = n, 1
+        split = out.ndim == 4  # (batch, head) pairs: two strides
+        inner = out.shape[1] if split else 1
+        sab, sai, aoff = _batch(a, split)
+        sbb, sbi, boff = _batch(b, split)
+        scb, sci, coff = _batch(out, split)
+        ints = [m, n, k, batch, sab, sam, sak, sbb, sbk, sbn,
+                inner, sai, aoff, sbi, boff, scb, sci, out.strides[-2], coff]  # fmt: skip
         wide_tiles = batch * -(-m // _WIDE_M) * -(-n // _WIDE_N)
         if m < 8 or n < 8:  # thin products waste most of a 64x64 tile
             self.launch("matmul", "matmul_small", a.dtype, out.size, out, a, b, ints=ints)
@@ -207,7 +242,6 @@ class PrimitiveKernels(ElementwiseByName):
         else:
             threads = batch * -(-m // _TILE_M) * -(-n // _TILE_N) * _TILE_THREADS
             self.launch("matmul", "matmul_tiled", a.dtype, threads, out, a, b, ints=ints)
-        return out
 
     def concatenate_last_axis(self, xs: Sequence[Tensor]) -> Tensor:
         width = sum(x.shape[-1] for x in xs)

@@ -205,6 +205,9 @@ EDGES = edges(
         for j, (c, f) in enumerate(((True, False), (False, False), (True, True), (False, True)))
     ),
     _e("D=1, 3 heads", 2, 3, 9, 1, True, False),
+    # head blocks wide enough for tiled products (kernel backends read and write them in place)
+    _e("D=16, 3 heads, T=65", 2, 3, 65, 16, True, False),
+    _e("D=72, 2 heads, T=129, not causal", 1, 2, 129, 72, False, False),
     _e("D=33, flash", 1, 2, 17, 33, False, True),
     _e("scores ~300 (past exp overflow)", 1, 2, 40, 7, True, False, large=True),
     _e("scores ~300, flash, not causal", 1, 3, 70, 7, False, True, large=True),

@@ -1,0 +1,76 @@
+"""The kernel host layer's ``product`` on strided views: every matmul kernel reads head
+blocks of a fused q | k | v buffer and writes into head blocks of another, in place.
+
+This is what ``attention_qkv`` on OpenCL, Metal and CUDA stands on, so each of the four
+kernels (small, panel, tiled, wide) is forced in turn, at group sizes 256 and 96, against
+float64 numpy; the columns of the output buffer outside the written block must keep their
+sentinel value (a kernel that ignores the output strides writes over its neighbours).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+rt = pytest.importorskip("riftco.backends.opencl.runtime", reason="OpenCL runtime import failed")
+_devices, _why = rt.enumerate_devices()
+pytestmark = pytest.mark.skipif(not _devices, reason=f"no usable OpenCL device: {_why}")
+
+SENTINEL = -7.25
+
+
+def _backend(kind: str, group: int):
+    from riftco.backends.opencl.backend import OpenCLBackend
+
+    b = OpenCLBackend(0, group_size=group)
+    b.runtime.is_cpu = kind == "panel"
+    if kind == "wide":
+        b.runtime.matmul_wide_min_tiles = 1
+    return b
+
+
+def _heads(x, heads, block, blocks):
+    from riftco.kernels.fused import _heads
+
+    return _heads(x, heads, block, blocks)
+
+
+def _np_heads(x: np.ndarray, heads: int, block: int, blocks: int) -> np.ndarray:
+    b, t, width = x.shape
+    c = width // blocks
+    return x[..., block * c : (block + 1) * c].reshape(b, t, heads, c // heads).swapaxes(1, 2)
+
+
+@pytest.mark.parametrize("group", [256, 96])
+@pytest.mark.parametrize("kind", ["small", "panel", "tiled", "wide"])
+def test_product_reads_and_writes_head_blocks(kind, group):
+    backend = _backend(kind, group)
+    rng = np.random.default_rng(5)
+    # D < 8 makes every product thin (matmul_small); D >= 8 takes the tiled kernels
+    b, h, t, d = (2, 3, 37, 5) if kind == "small" else (2, 3, 70, 20)
+    qkv = rng.standard_normal((b, t, 3 * h * d))
+    x = backend.from_numpy(qkv.astype(np.float32))
+    q, k, v = (_heads(x, h, i, 3) for i in range(3))
+    nq, nk, nv = (_np_heads(qkv, h, i, 3) for i in range(3))
+
+    scores = backend.empty((b, h, t, t), np.dtype(np.float32))
+    backend.product(scores, q, k, False, True)  # strided inputs, dense output
+    np.testing.assert_allclose(scores.numpy(), nq @ nk.swapaxes(-1, -2), rtol=1e-5, atol=1e-4)
+
+    p = rng.standard_normal((b, h, t, t))
+    probs = backend.from_numpy(p.astype(np.float32))
+    out = backend.from_numpy(np.full((b, t, 3 * h * d), SENTINEL, np.float32))
+    backend.product(_heads(out, h, 1, 3), probs, v, False, False)  # into the middle block
+    got = out.numpy()
+    np.testing.assert_allclose(_np_heads(got, h, 1, 3), p @ nv, rtol=1e-5, atol=1e-3)
+    untouched = np.concatenate([got[..., : h * d], got[..., 2 * h * d :]], axis=-1)
+    assert (untouched == SENTINEL).all(), "the product wrote outside its output block"
+
+    backend.product(_heads(out, h, 2, 3), probs, q, True, False)  # transposed strided read
+    np.testing.assert_allclose(
+        _np_heads(out.numpy(), h, 2, 3), p.swapaxes(-1, -2) @ nq, rtol=1e-5, atol=1e-3
+    )
+    assert (out.numpy()[..., : h * d] == SENTINEL).all()
+    wanted = {"small": "matmul_small", "panel": "matmul_panel", "tiled": "matmul_tiled",
+              "wide": "matmul_wide"}[kind]  # fmt: skip
+    assert wanted in {key[-1] for key in backend._kernels}, backend._kernels.keys()
