@@ -3,7 +3,13 @@
  * [T, T] buffer exists anywhere; threadgroup memory stays under 26 KiB for both float and
  * double (tiles shrink for double). Head dim D <= FA_DMAX (the host refuses larger D).
  *
- * Integer params P: [0] BH (batch * heads), [1] T, [2] D, [3] causal (0/1).
+ * Integer params P: [0] BH (batch * heads), [1] T, [2] D, [3] causal (0/1), then the row
+ * layouts (FA_LAYOUT below): [4] H, [5..7] batch, head and row strides of q, k, v (and of
+ * dq, dk, dv), [8..10] the offsets of q, k, v, [11..13] the strides of out and dout, [14]
+ * their offset. Row i of head bh = b * H + h starts at off + b * sb + h * sh + i * st:
+ * dense [BH, T, D] is H = 1, (T D, 0, D); attention_qkv passes head blocks of the fused
+ * projection (H, T 3C, D, 3C; offsets 0, C, 2C) and of the [B, T, C] output. lse and drow
+ * are dense [BH, T].
  * Float params F: [0] scale.
  * Every kernel walks its blocks grid-stride by threadgroup and splits each phase over the
  * group's threads with flat strided loops, so any group size works; barriers sit outside
@@ -27,24 +33,39 @@
 #define FB_BR (sizeof(T) == 8 ? 8 : 16)
 #define FB_BC (sizeof(T) == 8 ? 4 : 8)
 
-/* Stage rows r0 .. r0 + n - 1 of two [Tn, D] matrices at base into threadgroup tiles
- * (rows past Tn read as 0); the group's threads split the n * D elements. */
-INLINE void fa_stage2(LOCAL_PTR T* ta, LOCAL_PTR T* tb, GLOBAL const T* a, GLOBAL const T* b,
-                      long base, int r0, int n, int D, int Tn, int lid, int gsize) {
+/* Where one head's rows live: row i starts at base + i * ld (see the P layout above). */
+typedef struct {
+    long base;
+    long ld;
+} FaRows;
+
+/* Head bh's rows in the layout whose strides start at P[at] (batch, head, row), at
+ * element offset off. */
+INLINE FaRows fa_rows(GLOBAL const int* P, int at, int off, int bh) {
+    FaRows r;
+    int H = P[4];
+    r.base = (long)(bh / H) * P[at] + (long)(bh % H) * P[at + 1] + off;
+    r.ld = P[at + 2];
+    return r;
+}
+
+/* Stage rows r0 .. r0 + n - 1 of one head's [Tn, D] rows into a threadgroup tile (rows
+ * past Tn read as 0); the group's threads split the n * D elements. */
+INLINE void fa_stage(LOCAL_PTR T* t, GLOBAL const T* x, FaRows at, int r0, int n, int D, int Tn,
+                     int lid, int gsize) {
     for (int e = lid; e < n * D; e += gsize) {
         int r = e / D;
         int i = r0 + r;
-        long at = base + (long)i * D + (e - r * D);
-        ta[e] = i < Tn ? a[at] : (T)0.0;
-        tb[e] = i < Tn ? b[at] : (T)0.0;
+        t[e] = i < Tn ? x[at.base + (long)i * at.ld + (e - r * D)] : (T)0.0;
     }
 }
 
-/* Zero rows r0 .. r0 + n - 1 (those below Tn) of a [Tn, D] matrix at base. */
-INLINE void fa_zero(GLOBAL T* x, long base, int r0, int n, int D, int Tn, int lid, int gsize) {
+/* Zero rows r0 .. r0 + n - 1 (those below Tn) of one head's rows. */
+INLINE void fa_zero(GLOBAL T* x, FaRows at, int r0, int n, int D, int Tn, int lid, int gsize) {
     for (int e = lid; e < n * D; e += gsize) {
-        if (r0 + e / D < Tn) {
-            x[base + (long)r0 * D + e] = (T)0.0;
+        int r = e / D;
+        if (r0 + r < Tn) {
+            x[at.base + (long)(r0 + r) * at.ld + (e - r * D)] = (T)0.0;
         }
     }
 }
@@ -95,7 +116,8 @@ KERNEL void flash_forward(GLOBAL T* out ARG(0), GLOBAL T* lse ARG(1), GLOBAL con
     for (int blk = GROUP_ID; blk < BH * nqb; blk += NUM_GROUPS) {
         int bh = blk / nqb;
         int q0 = (blk - bh * nqb) * BQ;
-        long base = (long)bh * Tn * D;
+        FaRows qr = fa_rows(P, 5, P[8], bh), kr = fa_rows(P, 5, P[9], bh);
+        FaRows vr = fa_rows(P, 5, P[10], bh), orow = fa_rows(P, 11, P[14], bh);
         for (int e = LID; e < BQ * D; e += GROUP_SIZE) {
             acc[e] = (T)0.0;
         }
@@ -108,7 +130,8 @@ KERNEL void flash_forward(GLOBAL T* out ARG(0), GLOBAL T* lse ARG(1), GLOBAL con
         int k_end = causal ? q_end : Tn;
         for (int k0 = 0; k0 < k_end; k0 += BK) {
             BARRIER();
-            fa_stage2(kt, vt, k, v, base, k0, BK, D, Tn, LID, GROUP_SIZE);
+            fa_stage(kt, k, kr, k0, BK, D, Tn, LID, GROUP_SIZE);
+            fa_stage(vt, v, vr, k0, BK, D, Tn, LID, GROUP_SIZE);
             BARRIER();
             for (int e = LID; e < BQ * BK; e += GROUP_SIZE) {
                 int r = e / BK;
@@ -117,7 +140,7 @@ KERNEL void flash_forward(GLOBAL T* out ARG(0), GLOBAL T* lse ARG(1), GLOBAL con
                 int j = k0 + c;
                 T s = (T)0.0; /* masked: never read as a score (fa_visible decides) */
                 if (fa_visible(i, j, Tn, causal)) {
-                    GLOBAL const T* qi = q + base + (long)i * D;
+                    GLOBAL const T* qi = q + qr.base + (long)i * qr.ld;
                     T dot = (T)0.0;
                     for (int d = 0; d < D; d++) {
                         dot += qi[d] * kt[c * D + d];
@@ -169,7 +192,8 @@ KERNEL void flash_forward(GLOBAL T* out ARG(0), GLOBAL T* lse ARG(1), GLOBAL con
             int d = e - r * D;
             int i = q0 + r;
             if (i < Tn) {
-                out[base + (long)i * D + d] = crow[r] == RS_FINITE ? acc[e] / lrow[r] : RIFTCO_NAN;
+                out[orow.base + (long)i * orow.ld + d] =
+                    crow[r] == RS_FINITE ? acc[e] / lrow[r] : RIFTCO_NAN;
             }
         }
         for (int r = LID; r < BQ; r += GROUP_SIZE) {
@@ -184,16 +208,20 @@ KERNEL void flash_forward(GLOBAL T* out ARG(0), GLOBAL T* lse ARG(1), GLOBAL con
     }
 }
 
-/* drow[row] = sum_d dout[row, d] * out[row, d]; one thread per row. */
+/* drow[row] = sum_d dout[row, d] * out[row, d]; one thread per row (row = bh * T + i). */
 KERNEL void flash_backward_rowdot(GLOBAL T* drow ARG(0), GLOBAL const T* dout ARG(1),
                                   GLOBAL const T* out ARG(2), GLOBAL const int* P ARG(3)
                                   THREAD_ARGS) {
-    int rows = P[0] * P[1];
+    int Tn = P[1];
+    int rows = P[0] * Tn;
     int D = P[2];
     for (int row = GID; row < rows; row += GLOBAL_SIZE) {
+        int bh = row / Tn;
+        FaRows o = fa_rows(P, 11, P[14], bh);
+        long at = o.base + (long)(row - bh * Tn) * o.ld;
         T acc = (T)0.0;
         for (int d = 0; d < D; d++) {
-            acc += dout[(long)row * D + d] * out[(long)row * D + d];
+            acc += dout[at + d] * out[at + d];
         }
         drow[row] = acc;
     }
@@ -223,15 +251,18 @@ KERNEL void flash_backward_dkdv(GLOBAL T* dk ARG(0), GLOBAL T* dv ARG(1), GLOBAL
     for (int blk = GROUP_ID; blk < BH * nkb; blk += NUM_GROUPS) {
         int bh = blk / nkb;
         int k0 = (blk - bh * nkb) * BR;
-        long base = (long)bh * Tn * D;
         long rbase = (long)bh * Tn;
-        fa_stage2(kb, vb, k, v, base, k0, BR, D, Tn, LID, GROUP_SIZE);
-        fa_zero(dk, base, k0, BR, D, Tn, LID, GROUP_SIZE);
-        fa_zero(dv, base, k0, BR, D, Tn, LID, GROUP_SIZE);
+        FaRows qr = fa_rows(P, 5, P[8], bh), kr = fa_rows(P, 5, P[9], bh);
+        FaRows vr = fa_rows(P, 5, P[10], bh), dor = fa_rows(P, 11, P[14], bh);
+        fa_stage(kb, k, kr, k0, BR, D, Tn, LID, GROUP_SIZE);
+        fa_stage(vb, v, vr, k0, BR, D, Tn, LID, GROUP_SIZE);
+        fa_zero(dk, kr, k0, BR, D, Tn, LID, GROUP_SIZE);
+        fa_zero(dv, vr, k0, BR, D, Tn, LID, GROUP_SIZE);
         int i_start = causal ? (k0 / BC) * BC : 0;
         for (int i0 = i_start; i0 < Tn; i0 += BC) {
             BARRIER();
-            fa_stage2(qt, dot_t, q, dout, base, i0, BC, D, Tn, LID, GROUP_SIZE);
+            fa_stage(qt, q, qr, i0, BC, D, Tn, LID, GROUP_SIZE);
+            fa_stage(dot_t, dout, dor, i0, BC, D, Tn, LID, GROUP_SIZE);
             BARRIER();
             for (int e = LID; e < BC * BR; e += GROUP_SIZE) {
                 int r = e / BR;
@@ -259,8 +290,8 @@ KERNEL void flash_backward_dkdv(GLOBAL T* dk ARG(0), GLOBAL T* dv ARG(1), GLOBAL
                         sdv += pt[r * BR + c] * dot_t[r * D + d];
                         sdk += dst[r * BR + c] * qt[r * D + d];
                     }
-                    dv[base + (long)j * D + d] += sdv;
-                    dk[base + (long)j * D + d] += scale * sdk;
+                    dv[vr.base + (long)j * vr.ld + d] += sdv;
+                    dk[kr.base + (long)j * kr.ld + d] += scale * sdk;
                 }
             }
         }
@@ -290,15 +321,18 @@ KERNEL void flash_backward_dq(GLOBAL T* dq ARG(0), GLOBAL const T* q ARG(1),
     for (int blk = GROUP_ID; blk < BH * nqb; blk += NUM_GROUPS) {
         int bh = blk / nqb;
         int q0 = (blk - bh * nqb) * BR;
-        long base = (long)bh * Tn * D;
         long rbase = (long)bh * Tn;
-        fa_stage2(qb, dob, q, dout, base, q0, BR, D, Tn, LID, GROUP_SIZE);
-        fa_zero(dq, base, q0, BR, D, Tn, LID, GROUP_SIZE);
+        FaRows qr = fa_rows(P, 5, P[8], bh), kr = fa_rows(P, 5, P[9], bh);
+        FaRows vr = fa_rows(P, 5, P[10], bh), dor = fa_rows(P, 11, P[14], bh);
+        fa_stage(qb, q, qr, q0, BR, D, Tn, LID, GROUP_SIZE);
+        fa_stage(dob, dout, dor, q0, BR, D, Tn, LID, GROUP_SIZE);
+        fa_zero(dq, qr, q0, BR, D, Tn, LID, GROUP_SIZE);
         int q_end = q0 + BR < Tn ? q0 + BR : Tn;
         int k_end = causal ? q_end : Tn;
         for (int k0 = 0; k0 < k_end; k0 += BC) {
             BARRIER();
-            fa_stage2(kt, vt, k, v, base, k0, BC, D, Tn, LID, GROUP_SIZE);
+            fa_stage(kt, k, kr, k0, BC, D, Tn, LID, GROUP_SIZE);
+            fa_stage(vt, v, vr, k0, BC, D, Tn, LID, GROUP_SIZE);
             BARRIER();
             for (int e = LID; e < BR * BC; e += GROUP_SIZE) {
                 int r = e / BC;
@@ -322,7 +356,7 @@ KERNEL void flash_backward_dq(GLOBAL T* dq ARG(0), GLOBAL const T* q ARG(1),
                     for (int c = 0; c < BC; c++) {
                         acc += dst[r * BC + c] * kt[c * D + d];
                     }
-                    dq[base + (long)i * D + d] += scale * acc;
+                    dq[qr.base + (long)i * qr.ld + d] += scale * acc;
                 }
             }
         }

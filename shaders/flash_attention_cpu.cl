@@ -7,8 +7,9 @@
  * tiled kernels of flash_attention.cl; the host picks these when the runtime reports is_cpu
  * (threads = BH * ceil(T / FC_R), _FLASH_CPU_ROWS in core/kernels/fused.py).
  *
- * Same parameters as flash_attention.cl: P = [BH, T, D, causal], F = [scale]; D <= FC_DMAX
- * (the host refuses larger D). Every kernel is grid-stride over rows, so any group size
+ * Same parameters as flash_attention.cl: P = [BH, T, D, causal, then the row layouts of
+ * q, k, v (and their gradients) and of out, dout], F = [scale]; D <= FC_DMAX (the host
+ * refuses larger D). Every kernel is grid-stride over rows, so any group size
  * and any thread count work.
  *
  * Dot products over D run in FC_VW independent lanes (part[c][u]) so that the fixed-trip,
@@ -48,8 +49,15 @@ INLINE T fc_prob_special(T lse) {
     }
 #endif
 
-/* s[r][c] = x[r] . rows[idx[c]] for FC_R rows x (at xs + xi[r] * D) and FC_BK rows. */
-#define FC_DOTS_R(s, xs, xi, rows, idx, D)                                           \
+/* Element offset of head bh's rows in the layout whose (batch, head) strides start at
+ * P[at], at element offset off (row i then starts i * P[at + 2] further). */
+INLINE long fc_head(GLOBAL const int* P, int at, int off, int bh) {
+    return (long)(bh / P[4]) * P[at] + (long)(bh % P[4]) * P[at + 1] + off;
+}
+
+/* s[r][c] = x[r] . rows[idx[c]] for FC_R rows x (at xs + xi[r] * xld) and FC_BK rows
+ * (at rows + idx[c] * rld). */
+#define FC_DOTS_R(s, xs, xld, xi, rows, rld, idx, D)                                 \
     {                                                                                \
         T part[FC_R][FC_BK][FC_VW];                                                  \
         UNROLL for (int r = 0; r < FC_R; r++) {                                      \
@@ -61,10 +69,10 @@ INLINE T fc_prob_special(T lse) {
         for (int d0 = 0; d0 < dfull; d0 += FC_VW) {                                  \
             T xv[FC_R][FC_VW];                                                       \
             UNROLL for (int r = 0; r < FC_R; r++) {                                  \
-                UNROLL for (int u = 0; u < FC_VW; u++) xv[r][u] = xs[(long)xi[r] * D + d0 + u]; \
+                UNROLL for (int u = 0; u < FC_VW; u++) xv[r][u] = xs[(long)xi[r] * xld + d0 + u]; \
             }                                                                        \
             UNROLL for (int c = 0; c < FC_BK; c++) {                                 \
-                GLOBAL const T* rr = rows + (long)idx[c] * D + d0;                   \
+                GLOBAL const T* rr = rows + (long)idx[c] * rld + d0;                 \
                 T rv[FC_VW];                                                         \
                 UNROLL for (int u = 0; u < FC_VW; u++) rv[u] = rr[u];                \
                 UNROLL for (int r = 0; r < FC_R; r++) {                              \
@@ -74,8 +82,8 @@ INLINE T fc_prob_special(T lse) {
         }                                                                            \
         for (int d = dfull; d < D; d++) {                                            \
             UNROLL for (int c = 0; c < FC_BK; c++) {                                 \
-                T rd = rows[(long)idx[c] * D + d];                                   \
-                UNROLL for (int r = 0; r < FC_R; r++) part[r][c][0] += xs[(long)xi[r] * D + d] * rd; \
+                T rd = rows[(long)idx[c] * rld + d];                                 \
+                UNROLL for (int r = 0; r < FC_R; r++) part[r][c][0] += xs[(long)xi[r] * xld + d] * rd; \
             }                                                                        \
         }                                                                            \
         UNROLL for (int r = 0; r < FC_R; r++) {                                      \
@@ -87,8 +95,8 @@ INLINE T fc_prob_special(T lse) {
         }                                                                            \
     }
 
-/* acc[r][d] = acc[r][d] * keep[r] + sum_c w[r][c] * rows[idx[c] * D + d] for d < D. */
-#define FC_AXPY_R(acc, keep, w, rows, idx, D)                                        \
+/* acc[r][d] = acc[r][d] * keep[r] + sum_c w[r][c] * rows[idx[c] * rld + d] for d < D. */
+#define FC_AXPY_R(acc, keep, w, rows, rld, idx, D)                                   \
     {                                                                                \
         int dfull = (D / FC_VW) * FC_VW;                                             \
         for (int d0 = 0; d0 < dfull; d0 += FC_VW) {                                  \
@@ -97,7 +105,7 @@ INLINE T fc_prob_special(T lse) {
                 UNROLL for (int u = 0; u < FC_VW; u++) a[r][u] = acc[r][d0 + u] * keep[r]; \
             }                                                                        \
             UNROLL for (int c = 0; c < FC_BK; c++) {                                 \
-                GLOBAL const T* rr = rows + (long)idx[c] * D + d0;                   \
+                GLOBAL const T* rr = rows + (long)idx[c] * rld + d0;                 \
                 T rv[FC_VW];                                                         \
                 UNROLL for (int u = 0; u < FC_VW; u++) rv[u] = rr[u];                \
                 UNROLL for (int r = 0; r < FC_R; r++) {                              \
@@ -111,7 +119,7 @@ INLINE T fc_prob_special(T lse) {
         for (int d = dfull; d < D; d++) {                                            \
             UNROLL for (int r = 0; r < FC_R; r++) {                                  \
                 T a = acc[r][d] * keep[r];                                           \
-                UNROLL for (int c = 0; c < FC_BK; c++) a += w[r][c] * rows[(long)idx[c] * D + d]; \
+                UNROLL for (int c = 0; c < FC_BK; c++) a += w[r][c] * rows[(long)idx[c] * rld + d]; \
                 acc[r][d] = a;                                                       \
             }                                                                        \
         }                                                                            \
@@ -132,9 +140,10 @@ KERNEL void flash_forward_rows(GLOBAL T* out ARG(0), GLOBAL T* lse ARG(1),
     for (int blk = GID; blk < BH * nb; blk += GLOBAL_SIZE) {
         int bh = blk / nb;
         int i0 = (blk - bh * nb) * FC_R;
-        GLOBAL const T* qb = q + (long)bh * Tn * D;
-        GLOBAL const T* kb = k + (long)bh * Tn * D;
-        GLOBAL const T* vb = v + (long)bh * Tn * D;
+        int ld = P[7];
+        GLOBAL const T* qb = q + fc_head(P, 5, P[8], bh);
+        GLOBAL const T* kb = k + fc_head(P, 5, P[9], bh);
+        GLOBAL const T* vb = v + fc_head(P, 5, P[10], bh);
         int qi[FC_R];
         int kend[FC_R];
         T m[FC_R];
@@ -157,7 +166,7 @@ KERNEL void flash_forward_rows(GLOBAL T* out ARG(0), GLOBAL T* lse ARG(1),
                 idx[c] = j0 + c < k_end ? j0 + c : k_end - 1;
             }
             T s[FC_R][FC_BK];
-            FC_DOTS_R(s, qb, qi, kb, idx, D);
+            FC_DOTS_R(s, qb, ld, qi, kb, ld, idx, D);
             T cr[FC_R];
             UNROLL for (int r = 0; r < FC_R; r++) {
                 /* The max over visible scores (fmax skips NaN, -inf never wins over the
@@ -181,15 +190,16 @@ KERNEL void flash_forward_rows(GLOBAL T* out ARG(0), GLOBAL T* lse ARG(1),
                 l[r] = l[r] * cr[r] + lsum;
                 m[r] = m_new;
             }
-            FC_AXPY_R(acc, cr, s, vb, idx, D);
+            FC_AXPY_R(acc, cr, s, vb, ld, idx, D);
         }
         UNROLL for (int r = 0; r < FC_R; r++) {
             if (i0 + r < Tn) {
                 long row = (long)bh * Tn + i0 + r;
+                long orow = fc_head(P, 11, P[14], bh) + (long)(i0 + r) * P[13];
                 /* l >= 1 once a finite score was seen (its max contributes exp(0)) */
                 int normal = !poison[r] && l[r] > (T)0.0;
                 for (int d = 0; d < D; d++) {
-                    out[row * D + d] = normal ? acc[r][d] / l[r] : RIFTCO_NAN;
+                    out[orow + d] = normal ? acc[r][d] / l[r] : RIFTCO_NAN;
                 }
                 lse[row] = normal ? m[r] + PRECISE_LOG(l[r])
                                   : (poison[r] ? RIFTCO_NAN : RIFTCO_NEGINF);
@@ -215,10 +225,11 @@ KERNEL void flash_backward_dq_rows(GLOBAL T* dq ARG(0), GLOBAL const T* q ARG(1)
         int bh = blk / nb;
         int i0 = (blk - bh * nb) * FC_R;
         long rbase = (long)bh * Tn;
-        GLOBAL const T* qb = q + rbase * D;
-        GLOBAL const T* dob = dout + rbase * D;
-        GLOBAL const T* kb = k + rbase * D;
-        GLOBAL const T* vb = v + rbase * D;
+        int ld = P[7], old = P[13];
+        GLOBAL const T* qb = q + fc_head(P, 5, P[8], bh);
+        GLOBAL const T* dob = dout + fc_head(P, 11, P[14], bh);
+        GLOBAL const T* kb = k + fc_head(P, 5, P[9], bh);
+        GLOBAL const T* vb = v + fc_head(P, 5, P[10], bh);
         int qi[FC_R];
         int kend[FC_R];
         T li[FC_R];
@@ -247,8 +258,8 @@ KERNEL void flash_backward_dq_rows(GLOBAL T* dq ARG(0), GLOBAL const T* q ARG(1)
             }
             T s[FC_R][FC_BK];
             T dp[FC_R][FC_BK];
-            FC_DOTS_R(s, qb, qi, kb, idx, D);
-            FC_DOTS_R(dp, dob, qi, vb, idx, D);
+            FC_DOTS_R(s, qb, ld, qi, kb, ld, idx, D);
+            FC_DOTS_R(dp, dob, old, qi, vb, ld, idx, D);
             /* clamped exps, then selects (masked: 0; row with a special lse: lspec);
              * separate unrolled passes vectorise */
             UNROLL for (int r = 0; r < FC_R; r++) {
@@ -263,13 +274,13 @@ KERNEL void flash_backward_dq_rows(GLOBAL T* dq ARG(0), GLOBAL const T* q ARG(1)
             UNROLL for (int r = 0; r < FC_R; r++) {
                 UNROLL for (int c = 0; c < FC_BK; c++) s[r][c] *= dp[r][c] - di[r];
             }
-            FC_AXPY_R(acc, one, s, kb, idx, D);
+            FC_AXPY_R(acc, one, s, kb, ld, idx, D);
         }
         UNROLL for (int r = 0; r < FC_R; r++) {
             if (i0 + r < Tn) {
-                long row = rbase + i0 + r;
+                GLOBAL T* dqr = dq + fc_head(P, 5, P[8], bh) + (long)(i0 + r) * ld;
                 for (int d = 0; d < D; d++) {
-                    dq[row * D + d] = scale * acc[r][d];
+                    dqr[d] = scale * acc[r][d];
                 }
             }
         }
@@ -295,10 +306,11 @@ KERNEL void flash_backward_dkdv_rows(GLOBAL T* dk ARG(0), GLOBAL T* dv ARG(1),
         int bh = blk / nb;
         int j0 = (blk - bh * nb) * FC_R;
         long rbase = (long)bh * Tn;
-        GLOBAL const T* qb = q + rbase * D;
-        GLOBAL const T* dob = dout + rbase * D;
-        GLOBAL const T* kb = k + rbase * D;
-        GLOBAL const T* vb = v + rbase * D;
+        int ld = P[7], old = P[13];
+        GLOBAL const T* qb = q + fc_head(P, 5, P[8], bh);
+        GLOBAL const T* dob = dout + fc_head(P, 11, P[14], bh);
+        GLOBAL const T* kb = k + fc_head(P, 5, P[9], bh);
+        GLOBAL const T* vb = v + fc_head(P, 5, P[10], bh);
         int kj[FC_R];
         T one[FC_R];
         UNROLL for (int r = 0; r < FC_R; r++) {
@@ -317,8 +329,8 @@ KERNEL void flash_backward_dkdv_rows(GLOBAL T* dk ARG(0), GLOBAL T* dv ARG(1),
             }
             T s[FC_R][FC_BK];
             T dp[FC_R][FC_BK];
-            FC_DOTS_R(s, kb, kj, qb, idx, D);
-            FC_DOTS_R(dp, vb, kj, dob, idx, D);
+            FC_DOTS_R(s, kb, ld, kj, qb, ld, idx, D);
+            FC_DOTS_R(dp, vb, ld, kj, dob, old, idx, D);
             T lc[FC_BK];
             T dc[FC_BK];
             int lfin[FC_BK];
@@ -347,15 +359,16 @@ KERNEL void flash_backward_dkdv_rows(GLOBAL T* dk ARG(0), GLOBAL T* dv ARG(1),
                     dp[r][c] = scale * s[r][c] * (dp[r][c] - dc[c]);
                 }
             }
-            FC_AXPY_R(accv, one, s, dob, idx, D);
-            FC_AXPY_R(acck, one, dp, qb, idx, D);
+            FC_AXPY_R(accv, one, s, dob, old, idx, D);
+            FC_AXPY_R(acck, one, dp, qb, ld, idx, D);
         }
         UNROLL for (int r = 0; r < FC_R; r++) {
             if (j0 + r < Tn) {
-                long row = rbase + j0 + r;
+                GLOBAL T* dkr = dk + fc_head(P, 5, P[9], bh) + (long)(j0 + r) * ld;
+                GLOBAL T* dvr = dv + fc_head(P, 5, P[10], bh) + (long)(j0 + r) * ld;
                 for (int d = 0; d < D; d++) {
-                    dk[row * D + d] = acck[r][d];
-                    dv[row * D + d] = accv[r][d];
+                    dkr[d] = acck[r][d];
+                    dvr[d] = accv[r][d];
                 }
             }
         }

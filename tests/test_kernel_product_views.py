@@ -74,3 +74,49 @@ def test_product_reads_and_writes_head_blocks(kind, group):
     wanted = {"small": "matmul_small", "panel": "matmul_panel", "tiled": "matmul_tiled",
               "wide": "matmul_wide"}[kind]  # fmt: skip
     assert wanted in {key[-1] for key in backend._kernels}, backend._kernels.keys()
+
+
+def _np_attention(q, k, v, scale, causal):
+    s = scale * q @ k.swapaxes(-1, -2)
+    if causal:
+        t = s.shape[-1]
+        s = np.where(np.tril(np.ones((t, t), bool)), s, -np.inf)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    return p @ v, p
+
+
+@pytest.mark.parametrize("shape", ["rows", "tiles"])
+@pytest.mark.parametrize("causal", [True, False])
+def test_flash_kernels_read_and_write_head_blocks(shape, causal):
+    """Flash attention_qkv on both kernel shapes (PoCL's row kernels, the GPUs' tiles) at
+    group size 96, float64, against numpy: forward output in the [B, T, C] layout and the
+    backward's dq | dk | dv blocks (finite differences of the numpy forward would be the
+    same check, slower; the closed-form softmax VJP is used instead)."""
+    backend = _backend("panel" if shape == "rows" else "tiled", 96)
+    if np.dtype(np.float64) not in backend.dtypes:
+        pytest.skip("device has no float64")
+    rng = np.random.default_rng(11)
+    b, h, t, d = 2, 3, 29, 7
+    c = h * d
+    qkv = rng.standard_normal((b, t, 3 * c))
+    dout = rng.standard_normal((b, t, c))
+    scale = 0.4
+    nq, nk, nv = (_np_heads(qkv, h, i, 3) for i in range(3))
+    want, p = _np_attention(nq, nk, nv, scale, causal)
+    x = backend.from_numpy(qkv)
+    out, lse = backend.attention_qkv(x, h, scale, causal, True)
+    merge = lambda a: a.swapaxes(1, 2).reshape(b, t, c)  # noqa: E731
+    np.testing.assert_allclose(out.numpy(), merge(want), rtol=1e-11, atol=1e-12)
+    do = _np_heads(dout, 1, 0, 1).reshape(b, t, h, d).swapaxes(1, 2)
+    dv = p.swapaxes(-1, -2) @ do
+    dp = do @ nv.swapaxes(-1, -2)
+    ds = p * (dp - (dp * p).sum(-1, keepdims=True))
+    dq, dk = scale * ds @ nk, scale * ds.swapaxes(-1, -2) @ nq
+    got = backend.attention_qkv_backward(
+        backend.from_numpy(dout), x, out, lse, h, scale, causal, True
+    )
+    np.testing.assert_allclose(got.numpy(), np.concatenate([merge(g) for g in (dq, dk, dv)], -1),
+                               rtol=1e-10, atol=1e-11)  # fmt: skip
+    family = "flash_attention_cpu" if shape == "rows" else "flash_attention"
+    assert family in {key[0] for key in backend._kernels}, backend._kernels.keys()

@@ -352,25 +352,30 @@ class FusedKernels:
     ) -> tuple[Tensor, Tensor]:
         self._flash_check("flash_attention", q)
         b, h, t, d = q.shape
-        dt = q.dtype
-        out = self.empty(q.shape, dt)
-        lse = self.empty((b, h, t), dt)
+        out = self.empty(q.shape, q.dtype)
+        lse = self.empty((b, h, t), q.dtype)
         if b * h * t == 0:  # D = 0 runs: lse = log(number of visible keys)
             return out, lse
-        bh = b * h
+        ints = (b * h, t, d, int(causal), *_dense_rows(t, d))
+        self._flash_forward(out, lse, q, k, v, ints, scale)
+        return out, lse
+
+    def _flash_forward(
+        self, out: Tensor, lse: Tensor, q: Tensor, k: Tensor, v: Tensor, ints: Any, scale: float
+    ) -> None:
+        bh, t, dt = ints[0], ints[1], q.dtype
         if self._flash_rows():
             self.launch(
                 "flash_attention_cpu", "flash_forward_rows", dt, self._flash_cpu_threads(bh, t),
-                out, lse, q, k, v, ints=(bh, t, d, int(causal)), floats=(scale,),
+                out, lse, q, k, v, ints=ints, floats=(scale,),
             )  # fmt: skip
-            return out, lse
+            return
         # Float tiles hold 16 query rows; double tiles 8 (more, smaller blocks: same math).
         threads = self._flash_threads(bh, t) * (2 if dt == np.float64 else 1)
         self.launch(
             "flash_attention", "flash_forward", dt, min(threads, _MAX_THREADS),
-            out, lse, q, k, v, ints=(bh, t, d, int(causal)), floats=(scale,),
+            out, lse, q, k, v, ints=ints, floats=(scale,),
         )  # fmt: skip
-        return out, lse
 
     def flash_attention_backward(
         self,
@@ -385,15 +390,30 @@ class FusedKernels:
     ) -> tuple[Tensor, Tensor, Tensor]:
         self._flash_check("flash_attention_backward", q)
         b, h, t, d = q.shape
-        dt = q.dtype
-        dq = self.empty(q.shape, dt)
-        dk = self.empty(q.shape, dt)
-        dv = self.empty(q.shape, dt)
+        dq = self.empty(q.shape, q.dtype)
+        dk = self.empty(q.shape, q.dtype)
+        dv = self.empty(q.shape, q.dtype)
         if q.size == 0:
             return dq, dk, dv
-        bh = b * h
-        ints = (bh, t, d, int(causal))
-        drow = self.empty((b, h, t), dt)  # rowsum(dO * O): [B, H, T], never [T, T]
+        ints = (b * h, t, d, int(causal), *_dense_rows(t, d))
+        self._flash_backward((dq, dk, dv), dout, q, k, v, out, lse, ints, scale)
+        return dq, dk, dv
+
+    def _flash_backward(
+        self,
+        grads: tuple[Tensor, Tensor, Tensor],
+        dout: Tensor,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        out: Tensor,
+        lse: Tensor,
+        ints: Any,
+        scale: float,
+    ) -> None:
+        bh, t, dt = ints[0], ints[1], q.dtype
+        dq, dk, dv = grads
+        drow = self.empty((bh, t), dt)  # rowsum(dO * O): [BH, T], never [T, T]
         self.launch(
             "flash_attention", "flash_backward_rowdot", dt, _flat_threads(bh * t),
             drow, dout, out, ints=ints,
@@ -408,17 +428,14 @@ class FusedKernels:
                 family, kernel + suffix, dt, threads,
                 *outs, q, k, v, dout, lse, drow, ints=ints, floats=(scale,),
             )  # fmt: skip
-        return dq, dk, dv
 
     # -- attention read from a fused q | k | v projection ----------------------------------
-    # Materialised: the products read q, k and v as strided head blocks of qkv and write the
-    # output (forward) or dq | dk | dv (backward) straight into head blocks of theirs, so no
-    # split, merge or concatenation copy runs (3 launches forward, 5 backward, where views
-    # and copies around ``attention`` take 7 and 13). Flash: the flash kernels index dense
-    # [BH, T, D] rows, so the heads are copied in and out around them, as the composite does.
+    # q, k and v are read as strided head blocks of qkv, and the output (forward) or
+    # dq | dk | dv (backward) written straight into head blocks of theirs, so no split,
+    # merge or concatenation copy runs. Materialised: the products take (batch, head)
+    # strides (3 launches forward, 5 backward, where copies around ``attention`` take 7 and
+    # 13); flash: the flash kernels take the row layouts (1 and 3 launches, were 5 and 12).
     product: Any
-    copy_strided: Any
-    concatenate_last_axis: Any
 
     def attention_qkv(
         self, qkv: Tensor, heads: int, scale: float, causal: bool, flash: bool
@@ -426,12 +443,14 @@ class FusedKernels:
         b, t, width = qkv.shape
         c = width // 3
         q, k, v = (_heads(qkv, heads, i, 3) for i in range(3))
+        out = self.empty((b, t, c), qkv.dtype)
         if flash:
             self._flash_check("attention_qkv", q)
-            cp = self.copy_strided
-            out, lse = self.flash_attention(cp(q), cp(k), cp(v), scale, causal)
-            return self.copy_strided(out.permute(0, 2, 1, 3)).reshape(b, t, c), lse
-        out = self.empty((b, t, c), qkv.dtype)
+            lse = self.empty((b, heads, t), qkv.dtype)
+            if b * t:
+                ints = (b * heads, t, c // heads, int(causal), *_qkv_rows(t, c, heads))
+                self._flash_forward(out, lse, qkv, qkv, qkv, ints, scale)
+            return out, lse
         probs = self.empty((b, heads, t, t), qkv.dtype)
         if b * t == 0:
             return out, probs
@@ -461,12 +480,12 @@ class FusedKernels:
         q, k, v = (_heads(qkv, heads, i, 3) for i in range(3))
         if flash:
             self._flash_check("attention_qkv_backward", q)
-            cp = self.copy_strided
-            do, o = cp(_heads(dout, heads)), cp(_heads(out, heads))
-            grads = self.flash_attention_backward(do, cp(q), cp(k), cp(v), o, stat, scale, causal)
-            d = width // 3 // heads
-            per_head = self.concatenate_last_axis(list(grads)).reshape(b, heads, t, 3, d)
-            return self.copy_strided(per_head.permute(0, 2, 3, 1, 4)).reshape(b, t, width)
+            dqkv = self.empty(qkv.shape, dt)
+            if qkv.size:
+                c = width // 3
+                ints = (b * heads, t, c // heads, int(causal), *_qkv_rows(t, c, heads))
+                self._flash_backward((dqkv,) * 3, dout, qkv, qkv, qkv, out, stat, ints, scale)
+            return dqkv
         dqkv = self.empty(qkv.shape, dt)
         if qkv.size == 0:
             return dqkv
@@ -484,6 +503,19 @@ class FusedKernels:
         self.product(dq, ds, k, False, False)
         self.product(dk, ds, q, True, False)
         return dqkv
+
+
+def _dense_rows(t: int, d: int) -> tuple[int, ...]:
+    """The flash kernels' row layouts (P[4:15], shaders/flash_attention.cl) for dense
+    [BH, T, D] q, k, v, out: one head per batch index, rows D apart, no offsets."""
+    return (1, t * d, 0, d, 0, 0, 0, t * d, 0, d, 0)
+
+
+def _qkv_rows(t: int, c: int, heads: int) -> tuple[int, ...]:
+    """The flash kernels' row layouts for head blocks of a dense ``qkv[B, T, 3C]`` (q, k,
+    v at column offsets 0, C, 2C; head h at h * D) and of ``out[B, T, C]``."""
+    d = c // heads
+    return (heads, t * 3 * c, d, 3 * c, 0, c, 2 * c, t * c, d, c, 0)
 
 
 def _heads(x: Tensor, heads: int, block: int = 0, blocks: int = 1) -> Tensor:
