@@ -49,7 +49,14 @@ def upload(arr: Arr, backend: Any, dtype: np.dtype) -> Tensor:
     if layout == "broadcast":
         axis = broadcast_axis(v.shape)
         if axis is not None:
-            return ops.upload(backend, _c(np.take(v, [0], axis=axis))).broadcast_to(v.shape)
+            # stride 0 over the first slice of a buffer exactly as large as the view (the
+            # rest of it other values), so a fast path that trusts the buffer's size instead
+            # of the strides reads wrong data
+            first = tuple(slice(0, 1) if i == axis else slice(None) for i in range(v.ndim))
+            buffer = _c(v)
+            rest = tuple(slice(1, None) if i == axis else slice(None) for i in range(v.ndim))
+            buffer[rest] = buffer[rest] + 1
+            return ops.upload(backend, buffer)[first].broadcast_to(v.shape)
         return ops.upload(backend, _c(v))
     if layout == "sliced" and v.ndim >= 1:
         # every other element of a wider buffer, starting at offset 1: strided and offset

@@ -420,6 +420,18 @@ class DenseOnlyCopyIgnoresOffset(Base):
         return super().copy_strided(x)
 
 
+class MulTrustsBufferSize(Base):
+    """A "whole buffer" fast path that checks the buffer's size but not the strides: a
+    stride-0 vector over a buffer exactly its size reads the buffer instead."""
+
+    def mul(self, a: Tensor, b: Tensor) -> Tensor:
+        def fast(x: Tensor) -> np.ndarray:
+            buf = x.storage.buffer
+            return buf if x.offset == 0 and buf.shape == x.shape else view(x)
+
+        return self.result(fast(a) * fast(b))
+
+
 #: (mutant class, the op conformance must blame)
 MUTANTS: list[tuple[type[Base], str]] = [
     (AddReturnsFloat64, "add"),
@@ -470,4 +482,5 @@ MUTANTS: list[tuple[type[Base], str]] = [
     (LinearBackwardBiasGradIsMean, "linear_backward"),
     (AttentionQKVPerHeadLayout, "attention_qkv"),
     (AttentionQKVBackwardSwapsDkDv, "attention_qkv_backward"),
+    (MulTrustsBufferSize, "mul"),
 ]

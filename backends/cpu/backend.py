@@ -51,6 +51,8 @@ def view(x: Tensor) -> np.ndarray:
     """The numpy view of a (possibly strided) tensor, without copying."""
     buf: np.ndarray = x.storage.buffer
     shape = x.shape
+    if x.offset == 0 and buf.shape == shape and x.strides == (1,):  # a whole 1-D buffer
+        return buf
     if x.offset == 0 and x.strides == dense_strides(shape) and buf.size == math.prod(shape):
         return buf.reshape(shape)
     item = buf.itemsize

@@ -37,7 +37,7 @@ SMALL_GEMM = 1 << 15
 def dense_view(x: Tensor) -> np.ndarray:
     """``view(x)`` with the dense 1-D case (no reshape needed) first: tiny ops pay for it."""
     buf: np.ndarray = x.storage.buffer
-    if x.offset == 0 and buf.shape == x.shape:
+    if x.offset == 0 and buf.shape == x.shape and x.strides == (1,):  # stride 0 fits too
         return buf
     return view(x)
 

@@ -92,12 +92,16 @@ class Arr:
 
 
 def broadcast_axis(shape: tuple[int, ...]) -> int | None:
-    """The axis a "broadcast" layout repeats along: the first leading axis of size > 1.
+    """The axis a "broadcast" layout repeats along: the first leading axis of size > 1, or
+    a vector's only axis.
 
-    Never the last axis, so a row-wise op (softmax, LayerNorm) still sees varied rows."""
+    Never the last axis of a matrix or more, so a row-wise op (softmax, LayerNorm) still
+    sees varied rows."""
     for axis, dim in enumerate(shape[:-1]):
         if dim > 1:
             return axis
+    if len(shape) == 1 and shape[0] > 1:
+        return 0
     return None
 
 

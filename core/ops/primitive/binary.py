@@ -202,6 +202,12 @@ EDGES = edges(
     {"label": "transposed", "shape": (5, 33), "layout": "transposed"},
     {"label": "permuted", "shape": (2, 3, 5), "layout": "permuted"},
     {"label": "broadcast", "shape": (4, 9), "layout": "broadcast"},
+    {
+        "label": "vector: stride 0 over a buffer as large as the view",
+        "shape": (9,),
+        "layout": "dense",
+        "layout_b": "broadcast",
+    },
     {"label": "sliced", "shape": (3, 17), "layout": "sliced"},
     {"label": "offset x[1:]", "shape": (6, 7), "layout": "offset"},
     {"label": "rows x[:, :k]", "shape": (5, 9), "layout": "rows"},
