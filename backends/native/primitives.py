@@ -282,18 +282,10 @@ class NativePrimitives:
         return self._scalar_op(np.multiply, x, value, super().mul_scalar)  # type: ignore[misc]
 
     def maximum(self, a: Tensor, b: Tensor) -> Tensor:
-        if a.size >= SMALL and a.dtype in self._gemm_dtypes:
-            out = self._into(np.maximum, a, dense_view(a), dense_view(b))
-            if out is not None:
-                return out
-        return super().maximum(a, b)  # type: ignore[misc]
+        return self._numpy(np.maximum, a, b)
 
     def minimum(self, a: Tensor, b: Tensor) -> Tensor:
-        if a.size >= SMALL and a.dtype in self._gemm_dtypes:
-            out = self._into(np.minimum, a, dense_view(a), dense_view(b))
-            if out is not None:
-                return out
-        return super().minimum(a, b)  # type: ignore[misc]
+        return self._numpy(np.minimum, a, b)
 
     def div(self, a: Tensor, b: Tensor) -> Tensor:
         out = self._binary("div", a, b) if a.size >= SMALL else None
