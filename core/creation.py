@@ -40,8 +40,9 @@ def tensor(data: Any, dtype: Any = None, device: str | Device | None = None) -> 
     """A new tensor holding ``data`` (nested lists, numbers, numpy arrays or Tensors)."""
     if isinstance(data, Tensor):
         data = data.numpy()
-    if isinstance(data, np.ndarray):
-        arr = data if dtype is None else data.astype(as_dtype(dtype, "tensor"))
+    if isinstance(data, (np.ndarray, np.generic)):  # numpy says its dtype: keep it
+        arr = np.asarray(data)
+        arr = arr if dtype is None else arr.astype(as_dtype(dtype, "tensor"))
     else:
         arr = np.asarray(data)
         if dtype is not None:

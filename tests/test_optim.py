@@ -170,3 +170,18 @@ def test_clip_grad_norm_only_empty_gradients():
     p.grad = riftco.zeros((0,), dtype="float32")
     assert clip_grad_norm([p], 1.0).item() == 0.0
     assert p.grad.shape == (0,)
+
+
+def test_clip_grad_norm_across_backends_sums_on_the_host():
+    """Gradients on two backends: partial norms meet on the host, each scaled where it is."""
+    a = Variable(riftco.zeros((3, 2), dtype="float64", device="cpu"), requires_grad=True)
+    b = Variable(riftco.zeros((4,), dtype="float64", device="native"), requires_grad=True)
+    a.grad = riftco.randn((3, 2), seed=1, dtype="float64", device="cpu")
+    b.grad = riftco.randn((4,), seed=2, dtype="float64", device="native")
+    ga, gb = a.grad.numpy(), b.grad.numpy()
+    norm = np.sqrt((ga**2).sum() + (gb**2).sum())
+    got = clip_grad_norm([a, b], 0.5)
+    assert abs(got.item() - norm) < 1e-12
+    assert a.grad.device == riftco.device("cpu") and b.grad.device == riftco.device("native")
+    np.testing.assert_allclose(a.grad.numpy(), ga * 0.5 / (norm + 1e-6), rtol=1e-12)
+    np.testing.assert_allclose(b.grad.numpy(), gb * 0.5 / (norm + 1e-6), rtol=1e-12)

@@ -270,3 +270,16 @@ def test_randn_is_seeded_and_typed():
     assert a.numpy().tolist() == want.astype(np.float32).tolist()
     with pytest.raises(DTypeError, match=r"^\[randn\] needs a float dtype"):
         riftco.randn(2, dtype="int32")
+
+
+def test_tensor_keeps_numpy_dtypes_and_defaults_python_numbers():
+    """numpy says its dtype (arrays and scalars alike); Python numbers and lists get the
+    defaults. A float64 scalar once became float32 (clip_grad_norm's host norm lost 8 digits)."""
+    assert riftco.tensor(np.float64(1.1)).dtype == np.float64
+    assert riftco.tensor(np.float64(1.1)).item() == 1.1
+    assert riftco.tensor(np.int64(3)).dtype == np.int64
+    assert riftco.tensor(np.float32(2.5)).dtype == np.float32
+    assert riftco.tensor(np.arange(3, dtype=np.float64)).dtype == np.float64
+    assert riftco.tensor(1.1).dtype == np.float32
+    assert riftco.tensor([1, 2]).dtype == np.int32
+    assert riftco.tensor(np.float64(1.1), dtype="float32").dtype == np.float32
