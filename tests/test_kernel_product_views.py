@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from riftco.ops.fused.attention_qkv import heads_view
 
 rt = pytest.importorskip("riftco.backends.opencl.runtime", reason="OpenCL runtime import failed")
 _devices, _why = rt.enumerate_devices()
@@ -29,12 +30,6 @@ def _backend(kind: str, group: int):
     return b
 
 
-def _heads(x, heads, block, blocks):
-    from riftco.kernels.fused import _heads
-
-    return _heads(x, heads, block, blocks)
-
-
 def _np_heads(x: np.ndarray, heads: int, block: int, blocks: int) -> np.ndarray:
     b, t, width = x.shape
     c = width // blocks
@@ -50,7 +45,7 @@ def test_product_reads_and_writes_head_blocks(kind, group):
     b, h, t, d = (2, 3, 37, 5) if kind == "small" else (2, 3, 70, 20)
     qkv = rng.standard_normal((b, t, 3 * h * d))
     x = backend.from_numpy(qkv.astype(np.float32))
-    q, k, v = (_heads(x, h, i, 3) for i in range(3))
+    q, k, v = (heads_view(x, h, i, 3) for i in range(3))
     nq, nk, nv = (_np_heads(qkv, h, i, 3) for i in range(3))
 
     scores = backend.empty((b, h, t, t), np.dtype(np.float32))
@@ -60,13 +55,13 @@ def test_product_reads_and_writes_head_blocks(kind, group):
     p = rng.standard_normal((b, h, t, t))
     probs = backend.from_numpy(p.astype(np.float32))
     out = backend.from_numpy(np.full((b, t, 3 * h * d), SENTINEL, np.float32))
-    backend.product(_heads(out, h, 1, 3), probs, v, False, False)  # into the middle block
+    backend.product(heads_view(out, h, 1, 3), probs, v, False, False)  # into the middle block
     got = out.numpy()
     np.testing.assert_allclose(_np_heads(got, h, 1, 3), p @ nv, rtol=1e-5, atol=1e-3)
     untouched = np.concatenate([got[..., : h * d], got[..., 2 * h * d :]], axis=-1)
     assert (untouched == SENTINEL).all(), "the product wrote outside its output block"
 
-    backend.product(_heads(out, h, 2, 3), probs, q, True, False)  # transposed strided read
+    backend.product(heads_view(out, h, 2, 3), probs, q, True, False)  # transposed strided read
     np.testing.assert_allclose(
         _np_heads(out.numpy(), h, 2, 3), p.swapaxes(-1, -2) @ nq, rtol=1e-5, atol=1e-3
     )
@@ -108,7 +103,7 @@ def test_flash_kernels_read_and_write_head_blocks(shape, causal):
     out, lse = backend.attention_qkv(x, h, scale, causal, True)
     merge = lambda a: a.swapaxes(1, 2).reshape(b, t, c)  # noqa: E731
     np.testing.assert_allclose(out.numpy(), merge(want), rtol=1e-11, atol=1e-12)
-    do = _np_heads(dout, 1, 0, 1).reshape(b, t, h, d).swapaxes(1, 2)
+    do = _np_heads(dout, h, 0, 1)
     dv = p.swapaxes(-1, -2) @ do
     dp = do @ nv.swapaxes(-1, -2)
     ds = p * (dp - (dp * p).sum(-1, keepdims=True))

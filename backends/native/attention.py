@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from riftco.ops.fused.attention_qkv import heads_view
 from riftco.tensor import Tensor
 
 
@@ -35,15 +36,6 @@ class NativeAttention:
         _, h, t, d = shape
         out, p = self._out(shape, dtype)
         return out, p, [h * t * d, t * d, d]
-
-    def _heads(self, x: Tensor, heads: int, part: int = 0, parts: int = 1) -> Tensor:
-        """Head ``part`` of a [B, T, parts*C] tensor as a [B, H, T, D] view (no copy)."""
-        b, t, width = x.shape
-        c = width // parts
-        d = c // heads
-        sb, st, sc = x.strides
-        return Tensor(x.backend, x.storage, (b, heads, t, d), (sb, d * sc, st, sc),
-                      x.offset + part * c * sc, x.dtype)  # fmt: skip
 
     def _forward(
         self, op: str, q: Tensor, k: Tensor, v: Tensor, stat_shape: tuple[int, ...],
@@ -130,7 +122,7 @@ class NativeAttention:
         (any strides with a contiguous last axis), heads read and merged in place."""
         b, t, width = qkv.shape
         c = width // 3
-        q, k, v = (self._heads(qkv, heads, i, 3) for i in range(3))
+        q, k, v = (heads_view(qkv, heads, i, 3) for i in range(3))
         out, p = self._out((b, t, c), qkv.dtype)
         target = (out, p, [t * c, c // heads, c])  # (b, h, t) strides of [B, T, H, D] rows
         if flash:
@@ -146,11 +138,11 @@ class NativeAttention:
         [B, T, C]; ``stat`` is its probs (materialised) or lse (flash)."""
         b, t, width = qkv.shape
         c, d = width // 3, width // 3 // heads
-        q, k, v = (self._heads(qkv, heads, i, 3) for i in range(3))
+        q, k, v = (heads_view(qkv, heads, i, 3) for i in range(3))
         dqkv, p = self._out((b, t, width), qkv.dtype)
         ptrs = [p + i * c if i else p for i in range(3)]  # dq | dk | dv thirds of each row
         ost = self._ffi.new("int64_t[]", [t * width, d, width] * 3)
-        do = self._heads(dout, heads)
+        do = heads_view(dout, heads)
         self._backward(do, q, k, v, stat, scale, causal,
-                       self._heads(out, heads) if flash else None, ptrs, ost)  # fmt: skip
+                       heads_view(out, heads) if flash else None, ptrs, ost)  # fmt: skip
         return dqkv

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import ShapeError
+from ..ops.fused.attention_qkv import heads_view
 
 if TYPE_CHECKING:
     from ..tensor import Tensor
@@ -442,7 +443,7 @@ class FusedKernels:
     ) -> tuple[Tensor, Tensor]:
         b, t, width = qkv.shape
         c = width // 3
-        q, k, v = (_heads(qkv, heads, i, 3) for i in range(3))
+        q, k, v = (heads_view(qkv, heads, i, 3) for i in range(3))
         out = self.empty((b, t, c), qkv.dtype)
         if flash:
             self._flash_check("attention_qkv", q)
@@ -461,7 +462,7 @@ class FusedKernels:
             "attention", "attention_softmax", qkv.dtype, threads,
             probs, ints=(rows, t, team, int(causal)), floats=(scale,),
         )  # fmt: skip
-        self.product(_heads(out, heads), probs, v, False, False)
+        self.product(heads_view(out, heads), probs, v, False, False)
         return out, probs
 
     def attention_qkv_backward(
@@ -477,20 +478,19 @@ class FusedKernels:
     ) -> Tensor:
         b, t, width = qkv.shape
         dt = qkv.dtype
-        q, k, v = (_heads(qkv, heads, i, 3) for i in range(3))
+        q, k, v = (heads_view(qkv, heads, i, 3) for i in range(3))
+        dqkv = self.empty(qkv.shape, dt)
         if flash:
             self._flash_check("attention_qkv_backward", q)
-            dqkv = self.empty(qkv.shape, dt)
             if qkv.size:
                 c = width // 3
                 ints = (b * heads, t, c // heads, int(causal), *_qkv_rows(t, c, heads))
                 self._flash_backward((dqkv,) * 3, dout, qkv, qkv, qkv, out, stat, ints, scale)
             return dqkv
-        dqkv = self.empty(qkv.shape, dt)
         if qkv.size == 0:
             return dqkv
-        dq, dk, dv = (_heads(dqkv, heads, i, 3) for i in range(3))
-        do = _heads(dout, heads)
+        dq, dk, dv = (heads_view(dqkv, heads, i, 3) for i in range(3))
+        do = heads_view(dout, heads)
         self.product(dv, stat, do, True, False)  # P^T dO
         ds = self.empty((b, heads, t, t), dt)
         self.product(ds, do, v, False, True)  # dP = dO V^T, turned into scale * dS in place
@@ -516,13 +516,3 @@ def _qkv_rows(t: int, c: int, heads: int) -> tuple[int, ...]:
     v at column offsets 0, C, 2C; head h at h * D) and of ``out[B, T, C]``."""
     d = c // heads
     return (heads, t * 3 * c, d, 3 * c, 0, c, 2 * c, t * c, d, c, 0)
-
-
-def _heads(x: Tensor, heads: int, block: int = 0, blocks: int = 1) -> Tensor:
-    """Column block ``block`` of dense ``x[B, T, blocks * C]`` as a ``[B, H, T, D]`` view:
-    head h is the D columns from ``block * C + h * D`` (the layout ``attention_qkv`` names)."""
-    b, t, width = x.shape
-    c = width // blocks
-    d = c // heads
-    sb, st, _ = x.strides
-    return x._view((b, heads, t, d), (sb, d, st, 1), x.offset + block * c)
