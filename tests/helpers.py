@@ -1,4 +1,5 @@
-"""Shared test helpers: a comparison that says where and by how much, and runtime plugins.
+"""Shared test helpers: a comparison that says where and by how much, runtime plugins, and a
+primitives-only backend that refuses views.
 
 Import as ``from helpers import assert_close`` (pytest puts ``tests/`` on ``sys.path``).
 """
@@ -8,7 +9,10 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from riftco.backend import FUSED_OPS, PRIMITIVE_OPS
+from riftco.backends.cpu.backend import CPUBackend
 from riftco.hookspecs import hookimpl
+from riftco.tensor import Tensor
 
 
 def to_numpy(x: Any) -> np.ndarray:
@@ -85,3 +89,39 @@ def add_backend(registry: Any, cls: type, distribution: tuple[str, str] = ("test
     """Register ``cls`` in ``registry`` at runtime and return its device-0 instance."""
     registry.register(plugin_for(cls), name=f"test-{cls.name}", distribution=distribution)
     return registry.instance(cls.name, 0)
+
+
+#: Primitives that move data: by contract they may receive views (``copy_strided`` exists
+#: to read them), so the dense-only spy leaves them alone.
+TRANSFER_OPS = frozenset(
+    {"allocate", "from_numpy", "to_numpy", "copy_strided", "synchronize", "memory_stats"}
+)
+
+
+def _dense_only(name: str) -> Any:
+    base = getattr(CPUBackend, name)
+
+    def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+        for arg in args:
+            for x in arg if isinstance(arg, (list, tuple)) else (arg,):
+                if isinstance(x, Tensor) and not x.is_dense:
+                    raise AssertionError(f"{name} received a non-dense operand {x}")
+        return base(self, *args, **kwargs)
+
+    return method
+
+
+def primitives_only_backend(name: str) -> type:
+    """A CPU backend named ``name`` with no fused op (each runs as core's composite) and
+    ``accepts_strided = False``, whose primitives raise on any non-dense operand: a spy
+    for "core hands such a backend dense tensors only"."""
+    return type(
+        f"PrimitivesOnly[{name}]",
+        (CPUBackend,),
+        {
+            "name": name,
+            "accepts_strided": False,
+            **{op: None for op in FUSED_OPS},  # None is not callable: every fused op composite
+            **{op: _dense_only(op) for op in PRIMITIVE_OPS if op not in TRANSFER_OPS},
+        },
+    )

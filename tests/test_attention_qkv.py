@@ -13,15 +13,11 @@ import math
 import numpy as np
 import pytest
 import riftco
-from helpers import add_backend, assert_close
+from helpers import add_backend, assert_close, primitives_only_backend
 from riftco import ops
 from riftco.autograd import Variable, attention_qkv, gradcheck
-from riftco.backend import FUSED_OPS, PRIMITIVE_OPS
 from riftco.backends.cpu.backend import CPUBackend
 from riftco.errors import DTypeError, RiftcoError, ShapeError
-from riftco.tensor import Tensor
-
-_TRANSFER = {"allocate", "from_numpy", "to_numpy", "copy_strided", "synchronize", "memory_stats"}
 
 
 def per_head_loop(qkv: np.ndarray, heads: int, scale: float, causal: bool):
@@ -88,29 +84,7 @@ def test_composite_backward_matches_the_reference(rng, flash):
 
 
 # -- a backend with primitives only, which accepts only dense operands ----------------------
-def _dense_only(name: str):
-    base = getattr(CPUBackend, name)
-
-    def method(self, *args, **kwargs):
-        for arg in args:
-            for x in arg if isinstance(arg, (list, tuple)) else (arg,):
-                if isinstance(x, Tensor) and not x.is_dense:
-                    raise AssertionError(f"{name} received a non-dense operand {x}")
-        return base(self, *args, **kwargs)
-
-    return method
-
-
-DenseOnly = type(
-    "DenseOnly",
-    (CPUBackend,),
-    {
-        "name": "qkv-dense-only",
-        "accepts_strided": False,
-        **{op: None for op in FUSED_OPS},
-        **{op: _dense_only(op) for op in PRIMITIVE_OPS if op not in _TRANSFER},
-    },
-)
+DenseOnly = primitives_only_backend("qkv-dense-only")
 
 
 @pytest.mark.parametrize("flash", [False, True], ids=["materialized", "flash"])

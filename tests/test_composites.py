@@ -12,10 +12,9 @@ import math
 import numpy as np
 import pytest
 import riftco
-from helpers import add_backend, assert_close
+from helpers import add_backend, assert_close, primitives_only_backend
 from riftco import ops
-from riftco.backend import FUSED_OPS, PRIMITIVE_OPS
-from riftco.backends.cpu.backend import CPUBackend
+from riftco.backend import FUSED_OPS
 from riftco.ops import is_native
 from riftco.tensor import Tensor
 
@@ -144,32 +143,7 @@ def test_composites_accept_non_contiguous_ids():
 
 
 # -- a backend with primitives only, which accepts only dense operands ----------------------
-_TRANSFER = {"allocate", "from_numpy", "to_numpy", "copy_strided", "synchronize", "memory_stats"}
-
-
-def _dense_only(name: str):
-    base = getattr(CPUBackend, name)
-
-    def method(self, *args, **kwargs):
-        for arg in args:
-            for x in arg if isinstance(arg, (list, tuple)) else (arg,):
-                if isinstance(x, Tensor) and not x.is_dense:
-                    raise AssertionError(f"{name} received a non-dense operand {x}")
-        return base(self, *args, **kwargs)
-
-    return method
-
-
-PrimsOnly = type(
-    "PrimsOnly",
-    (CPUBackend,),
-    {
-        "name": "prims",
-        "accepts_strided": False,
-        **{op: None for op in FUSED_OPS},  # None is not callable: every fused op composite
-        **{op: _dense_only(op) for op in PRIMITIVE_OPS if op not in _TRANSFER},
-    },
-)
+PrimsOnly = primitives_only_backend("prims")
 
 
 def strided(a):
