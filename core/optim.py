@@ -185,29 +185,22 @@ def clip_grad_norm(params: Iterable[Variable], max_norm: float) -> Tensor:
     grads = [p for p in params if p.grad is not None]
     if not grads:
         return _host_scalar()
-    groups = {(id(_grad(p).backend), _grad(p).dtype) for p in grads}
-    if len(groups) > 1:
+    if len({(id(_grad(p).backend), _grad(p).dtype) for p in grads}) > 1:
         return _clip_on_host(grads, max_norm)
     sized = [p for p in grads if _grad(p).size]  # empty gradients have nothing to scale
     pieces = [_grad(p).contiguous().reshape(-1) for p in sized]
-    first = _grad(grads[0])
     if not pieces:
-        flat = first.backend.allocate((0,), first.dtype)
-    elif len(pieces) == 1:
-        flat = pieces[0]
-    else:
-        flat = ops.concatenate_last_axis(pieces)
+        first = _grad(grads[0])
+        return ops.full_like(first, 0.0, ())  # the norm of nothing, on the device
+    flat = ops.concatenate_last_axis(pieces) if len(pieces) > 1 else pieces[0]
     total = ops.sum(ops.mul(flat, flat))
     norm = ops.sqrt(total)  # 0-d, on the device
     limit = total.backend.allocate((), total.dtype)
     total.backend.fill(limit, float(max_norm))
     # scale = max_norm / max(norm + eps, max_norm): exactly 1 below the limit
     factor = ops.div(limit, ops.maximum(ops.add_scalar(norm, 1e-6), limit))
-    if not pieces:
-        return norm
     scaled = ops.mul(flat, factor.reshape((1,)).broadcast_to(flat.shape))
-    sizes = [piece.size for piece in pieces]
-    parts = ops.split_last_axis(scaled, sizes) if len(pieces) > 1 else [scaled]
+    parts = ops.split_last_axis(scaled, [x.size for x in pieces]) if len(pieces) > 1 else [scaled]
     for p, part in zip(sized, parts, strict=True):
         p.grad = part.reshape(_grad(p).shape)
     return norm
