@@ -4,12 +4,7 @@
  * double (tiles shrink for double). Head dim D <= FA_DMAX (the host refuses larger D).
  *
  * Integer params P: [0] BH (batch * heads), [1] T, [2] D, [3] causal (0/1), then the row
- * layouts (FA_LAYOUT below): [4] H, [5..7] batch, head and row strides of q, k, v (and of
- * dq, dk, dv), [8..10] the offsets of q, k, v, [11..13] the strides of out and dout, [14]
- * their offset. Row i of head bh = b * H + h starts at off + b * sb + h * sh + i * st:
- * dense [BH, T, D] is H = 1, (T D, 0, D); attention_qkv passes head blocks of the fused
- * projection (H, T 3C, D, 3C; offsets 0, C, 2C) and of the [B, T, C] output. lse and drow
- * are dense [BH, T].
+ * layouts of q, k, v and of out (P[4..14], flash_rows.h). lse and drow are dense [BH, T].
  * Float params F: [0] scale.
  * Every kernel walks its blocks grid-stride by threadgroup and splits each phase over the
  * group's threads with flat strided loops, so any group size works; barriers sit outside
@@ -23,6 +18,7 @@
  * rebuilds P from the saved lse and decides each row by lse's class (fa_prob).
  */
 
+#include "flash_rows.h"
 #include "specials.h"
 
 #define FA_DMAX 128
@@ -32,22 +28,6 @@
 /* backward: rows owned by a block and rows per streamed tile */
 #define FB_BR (sizeof(T) == 8 ? 8 : 16)
 #define FB_BC (sizeof(T) == 8 ? 4 : 8)
-
-/* Where one head's rows live: row i starts at base + i * ld (see the P layout above). */
-typedef struct {
-    long base;
-    long ld;
-} FaRows;
-
-/* Head bh's rows in the layout whose strides start at P[at] (batch, head, row), at
- * element offset off. */
-INLINE FaRows fa_rows(GLOBAL const int* P, int at, int off, int bh) {
-    FaRows r;
-    int H = P[4];
-    r.base = (long)(bh / H) * P[at] + (long)(bh % H) * P[at + 1] + off;
-    r.ld = P[at + 2];
-    return r;
-}
 
 /* Stage rows r0 .. r0 + n - 1 of one head's [Tn, D] rows into a threadgroup tile (rows
  * past Tn read as 0); the group's threads split the n * D elements. */

@@ -24,6 +24,7 @@
  * Sums run in a fixed order and each output element has one writer: deterministic.
  */
 
+#include "flash_rows.h"
 #include "specials.h"
 
 /* What P = exp(s - lse) is for a row whose lse is not finite: NaN (lse NaN), inf (lse
@@ -48,12 +49,6 @@ INLINE T fc_prob_special(T lse) {
         UNROLL for (int c_ = 0; c_ < FC_BK; c_++) (x)[c_] = PRECISE_EXP((x)[c_]);    \
     }
 #endif
-
-/* Element offset of head bh's rows in the layout whose (batch, head) strides start at
- * P[at], at element offset off (row i then starts i * P[at + 2] further). */
-INLINE long fc_head(GLOBAL const int* P, int at, int off, int bh) {
-    return (long)(bh / P[4]) * P[at] + (long)(bh % P[4]) * P[at + 1] + off;
-}
 
 /* s[r][c] = x[r] . rows[idx[c]] for FC_R rows x (at xs + xi[r] * xld) and FC_BK rows
  * (at rows + idx[c] * rld). */
@@ -141,9 +136,9 @@ KERNEL void flash_forward_rows(GLOBAL T* out ARG(0), GLOBAL T* lse ARG(1),
         int bh = blk / nb;
         int i0 = (blk - bh * nb) * FC_R;
         int ld = P[7];
-        GLOBAL const T* qb = q + fc_head(P, 5, P[8], bh);
-        GLOBAL const T* kb = k + fc_head(P, 5, P[9], bh);
-        GLOBAL const T* vb = v + fc_head(P, 5, P[10], bh);
+        GLOBAL const T* qb = q + fa_rows(P, 5, P[8], bh).base;
+        GLOBAL const T* kb = k + fa_rows(P, 5, P[9], bh).base;
+        GLOBAL const T* vb = v + fa_rows(P, 5, P[10], bh).base;
         int qi[FC_R];
         int kend[FC_R];
         T m[FC_R];
@@ -195,7 +190,7 @@ KERNEL void flash_forward_rows(GLOBAL T* out ARG(0), GLOBAL T* lse ARG(1),
         UNROLL for (int r = 0; r < FC_R; r++) {
             if (i0 + r < Tn) {
                 long row = (long)bh * Tn + i0 + r;
-                long orow = fc_head(P, 11, P[14], bh) + (long)(i0 + r) * P[13];
+                long orow = fa_rows(P, 11, P[14], bh).base + (long)(i0 + r) * P[13];
                 /* l >= 1 once a finite score was seen (its max contributes exp(0)) */
                 int normal = !poison[r] && l[r] > (T)0.0;
                 for (int d = 0; d < D; d++) {
@@ -226,10 +221,10 @@ KERNEL void flash_backward_dq_rows(GLOBAL T* dq ARG(0), GLOBAL const T* q ARG(1)
         int i0 = (blk - bh * nb) * FC_R;
         long rbase = (long)bh * Tn;
         int ld = P[7], old = P[13];
-        GLOBAL const T* qb = q + fc_head(P, 5, P[8], bh);
-        GLOBAL const T* dob = dout + fc_head(P, 11, P[14], bh);
-        GLOBAL const T* kb = k + fc_head(P, 5, P[9], bh);
-        GLOBAL const T* vb = v + fc_head(P, 5, P[10], bh);
+        GLOBAL const T* qb = q + fa_rows(P, 5, P[8], bh).base;
+        GLOBAL const T* dob = dout + fa_rows(P, 11, P[14], bh).base;
+        GLOBAL const T* kb = k + fa_rows(P, 5, P[9], bh).base;
+        GLOBAL const T* vb = v + fa_rows(P, 5, P[10], bh).base;
         int qi[FC_R];
         int kend[FC_R];
         T li[FC_R];
@@ -278,7 +273,7 @@ KERNEL void flash_backward_dq_rows(GLOBAL T* dq ARG(0), GLOBAL const T* q ARG(1)
         }
         UNROLL for (int r = 0; r < FC_R; r++) {
             if (i0 + r < Tn) {
-                GLOBAL T* dqr = dq + fc_head(P, 5, P[8], bh) + (long)(i0 + r) * ld;
+                GLOBAL T* dqr = dq + fa_rows(P, 5, P[8], bh).base + (long)(i0 + r) * ld;
                 for (int d = 0; d < D; d++) {
                     dqr[d] = scale * acc[r][d];
                 }
@@ -307,10 +302,10 @@ KERNEL void flash_backward_dkdv_rows(GLOBAL T* dk ARG(0), GLOBAL T* dv ARG(1),
         int j0 = (blk - bh * nb) * FC_R;
         long rbase = (long)bh * Tn;
         int ld = P[7], old = P[13];
-        GLOBAL const T* qb = q + fc_head(P, 5, P[8], bh);
-        GLOBAL const T* dob = dout + fc_head(P, 11, P[14], bh);
-        GLOBAL const T* kb = k + fc_head(P, 5, P[9], bh);
-        GLOBAL const T* vb = v + fc_head(P, 5, P[10], bh);
+        GLOBAL const T* qb = q + fa_rows(P, 5, P[8], bh).base;
+        GLOBAL const T* dob = dout + fa_rows(P, 11, P[14], bh).base;
+        GLOBAL const T* kb = k + fa_rows(P, 5, P[9], bh).base;
+        GLOBAL const T* vb = v + fa_rows(P, 5, P[10], bh).base;
         int kj[FC_R];
         T one[FC_R];
         UNROLL for (int r = 0; r < FC_R; r++) {
@@ -364,8 +359,8 @@ KERNEL void flash_backward_dkdv_rows(GLOBAL T* dk ARG(0), GLOBAL T* dv ARG(1),
         }
         UNROLL for (int r = 0; r < FC_R; r++) {
             if (j0 + r < Tn) {
-                GLOBAL T* dkr = dk + fc_head(P, 5, P[9], bh) + (long)(j0 + r) * ld;
-                GLOBAL T* dvr = dv + fc_head(P, 5, P[10], bh) + (long)(j0 + r) * ld;
+                GLOBAL T* dkr = dk + fa_rows(P, 5, P[9], bh).base + (long)(j0 + r) * ld;
+                GLOBAL T* dvr = dv + fa_rows(P, 5, P[10], bh).base + (long)(j0 + r) * ld;
                 for (int d = 0; d < D; d++) {
                     dkr[d] = acck[r][d];
                     dvr[d] = accv[r][d];

@@ -31,11 +31,6 @@
  * Too many registers per thread for a GPU: GPU devices keep matmul_tiled.
  */
 
-/* Element offset of batch `bi`'s matrix: outer index bi / inner, inner index bi % inner. */
-INLINE long mm_at(int bi, int inner, int s_outer, int s_inner, int off) {
-    return (long)(bi / inner) * s_outer + (long)(bi % inner) * s_inner + off;
-}
-
 #define MM_TM 64
 #define MM_TN 64
 #define MM_TK 16
@@ -58,8 +53,8 @@ KERNEL void matmul_tiled(GLOBAL T* c ARG(0), GLOBAL const T* a ARG(1), GLOBAL co
         const int rem = tile - bi * tiles_m * tiles_n;
         const int m0 = (rem / tiles_n) * MM_TM;
         const int n0 = (rem % tiles_n) * MM_TN;
-        GLOBAL const T* ab = a + mm_at(bi, P[10], sab, P[11], P[12]);
-        GLOBAL const T* bb = b + mm_at(bi, P[10], sbb, P[13], P[14]);
+        GLOBAL const T* ab = a + riftco_batch_offset(bi, P[10], sab, P[11], P[12]);
+        GLOBAL const T* bb = b + riftco_batch_offset(bi, P[10], sbb, P[13], P[14]);
         for (int pass = 0; pass * gsize < MM_MICRO; ++pass) {
             const int micro = pass * gsize + lid;
             const bool active = micro < MM_MICRO;
@@ -97,7 +92,7 @@ KERNEL void matmul_tiled(GLOBAL T* c ARG(0), GLOBAL const T* a ARG(1), GLOBAL co
                 BARRIER();
             }
             if (active) {
-                GLOBAL T* cb = c + mm_at(bi, P[10], P[15], P[16], P[18]);
+                GLOBAL T* cb = c + riftco_batch_offset(bi, P[10], P[15], P[16], P[18]);
                 const int scm = P[17];
                 for (int i = 0; i < MM_W; ++i) {
                     const int gm = m0 + tm + i;
@@ -127,8 +122,8 @@ KERNEL void matmul_panel(GLOBAL T* c ARG(0), GLOBAL const T* a ARG(1), GLOBAL co
         const int rem = t - bi * mt * nt;
         const int m0 = (rem / nt) * MP_WM;
         const int n0 = (rem - (rem / nt) * nt) * MP_WN;
-        GLOBAL const T* ab = a + mm_at(bi, P[10], sab, P[11], P[12]) + (long)m0 * sam;
-        GLOBAL const T* bb = b + mm_at(bi, P[10], sbb, P[13], P[14]) + n0;
+        GLOBAL const T* ab = a + riftco_batch_offset(bi, P[10], sab, P[11], P[12]) + (long)m0 * sam;
+        GLOBAL const T* bb = b + riftco_batch_offset(bi, P[10], sbb, P[13], P[14]) + n0;
         T acc[MP_WM][MP_WN];
         UNROLL for (int i = 0; i < MP_WM; ++i) {
             UNROLL for (int j = 0; j < MP_WN; ++j) acc[i][j] = (T)0;
@@ -159,7 +154,7 @@ KERNEL void matmul_panel(GLOBAL T* c ARG(0), GLOBAL const T* a ARG(1), GLOBAL co
             }
         }
         const int scm = P[17];
-        GLOBAL T* cb = c + mm_at(bi, P[10], P[15], P[16], P[18]) + (long)m0 * scm + n0;
+        GLOBAL T* cb = c + riftco_batch_offset(bi, P[10], P[15], P[16], P[18]) + (long)m0 * scm + n0;
         UNROLL for (int i = 0; i < MP_WM; ++i) {
             if (m0 + i < M) {
                 UNROLL for (int j = 0; j < MP_WN; ++j) {
@@ -181,11 +176,11 @@ KERNEL void matmul_small(GLOBAL T* c ARG(0), GLOBAL const T* a ARG(1), GLOBAL co
         const int rem = t - bi * M * N;
         const int m = rem / N;
         const int n = rem - m * N;
-        GLOBAL const T* ar = a + mm_at(bi, P[10], sab, P[11], P[12]) + (long)m * sam;
-        GLOBAL const T* bc = b + mm_at(bi, P[10], sbb, P[13], P[14]) + (long)n * sbn;
+        GLOBAL const T* ar = a + riftco_batch_offset(bi, P[10], sab, P[11], P[12]) + (long)m * sam;
+        GLOBAL const T* bc = b + riftco_batch_offset(bi, P[10], sbb, P[13], P[14]) + (long)n * sbn;
         T acc = (T)0;
         for (int k = 0; k < K; ++k) acc += ar[(long)k * sak] * bc[(long)k * sbk];
-        c[mm_at(bi, P[10], P[15], P[16], P[18]) + (long)m * P[17] + n] = acc;
+        c[riftco_batch_offset(bi, P[10], P[15], P[16], P[18]) + (long)m * P[17] + n] = acc;
     }
 }
 
@@ -236,8 +231,8 @@ KERNEL void matmul_wide(GLOBAL T* c ARG(0), GLOBAL const T* a ARG(1), GLOBAL con
         const int rem = tile - bi * tiles_m * tiles_n;
         const int m0 = (rem / tiles_n) * MW_TM;
         const int n0 = (rem % tiles_n) * MW_TN;
-        GLOBAL const T* ab = a + mm_at(bi, P[10], sab, P[11], P[12]);
-        GLOBAL const T* bb = b + mm_at(bi, P[10], sbb, P[13], P[14]);
+        GLOBAL const T* ab = a + riftco_batch_offset(bi, P[10], sab, P[11], P[12]);
+        GLOBAL const T* bb = b + riftco_batch_offset(bi, P[10], sbb, P[13], P[14]);
         for (int pass = 0; pass * gsize < MW_SLOTS; ++pass) {
             const int slot = pass * gsize + lid;
             const bool active = slot < MW_SLOTS;
@@ -312,7 +307,7 @@ KERNEL void matmul_wide(GLOBAL T* c ARG(0), GLOBAL const T* a ARG(1), GLOBAL con
                 BARRIER();
             }
             if (active) {
-                GLOBAL T* cb = c + mm_at(bi, P[10], P[15], P[16], P[18]);
+                GLOBAL T* cb = c + riftco_batch_offset(bi, P[10], P[15], P[16], P[18]);
                 const int scm = P[17];
                 UNROLL for (int i = 0; i < 8; ++i) {
                     const int gm = m0 + (i < 4 ? ty * 4 + i : 64 + ty * 4 + i - 4);

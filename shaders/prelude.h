@@ -269,6 +269,13 @@ INLINE int riftco_exponent_double(double x) {
 #define RIFTCO_LOWEST RIFTCO_CAT(RIFTCO_LOWEST_, T)
 #define RIFTCO_EXP_FLOOR RIFTCO_CAT(RIFTCO_EXP_FLOOR_, T)
 
+/* Element offset of matrix (or head) `bi` of a batch that splits into (outer, inner) index
+ * pairs, inner = bi % inner_count: each index has its own stride, plus a base offset. The
+ * matmul kernels' batches and the flash kernels' (batch, head) rows are addressed by it. */
+INLINE long riftco_batch_offset(int bi, int inner_count, int s_outer, int s_inner, int off) {
+    return (long)(bi / inner_count) * s_outer + (long)(bi % inner_count) * s_inner + off;
+}
+
 /* Ask the compiler to unroll the next loop fully (constant trip count): lets per-thread
  * register tiles (matmul_panel) live in registers and vectorise; a hint, never a must. */
 #define UNROLL _Pragma("unroll")
