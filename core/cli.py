@@ -18,6 +18,12 @@ def _backends(argv: Sequence[str]) -> int:
         prog="riftco backends", description="List registered backends."
     )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="also list each device's cached kernel programs with their build logs",
+    )
     args = parser.parse_args(argv)
     from .errors import RiftcoError
     from .plugins import get_registry
@@ -49,6 +55,8 @@ def _backends(argv: Sequence[str]) -> int:
             details = _details_line(d)
             if details:
                 print(f"    details: {details}")
+            if args.verbose and d.get("kernel_cache"):
+                _print_build_logs(str(d["kernel_cache"]))
         caps = row["capabilities"]
         if caps:
             native = [op for op, how in caps["fused"].items() if how == "native"]
@@ -76,7 +84,7 @@ def _details_line(device: dict[str, Any]) -> str:
     report about an OpenCL device needs, so the text listing shows them too; long values
     are cut (``--json`` keeps them whole) and ones with spaces or commas are quoted."""
     parts = []
-    for key in sorted(k for k in device if k not in ("index", "name", "dtypes")):
+    for key in sorted(k for k in device if k not in ("index", "name", "dtypes", "kernel_cache")):
         value = device[key]
         text = json.dumps(value) if not isinstance(value, str) else value
         if len(text) > _DETAIL_WIDTH:
@@ -85,6 +93,27 @@ def _details_line(device: dict[str, Any]) -> str:
             text = json.dumps(text)
         parts.append(f"{key}={text}")
     return ", ".join(parts)
+
+
+#: Longest compiler line ``riftco backends --verbose`` prints.
+_LOG_WIDTH = 160
+
+
+def _print_build_logs(folder: str) -> None:
+    """The programs compiled for a device (its kernel cache) and what the compiler said:
+    notable lines with ``!``, known-harmless ones with ``~`` and the reason."""
+    from .kernels.build_log import BuildLog
+    from .kernels.cache import entries_in
+
+    entries = entries_in(folder)
+    print(f"    kernel cache: {folder} ({len(entries)} programs)")
+    for entry in entries:
+        log = BuildLog.parse(entry.log, entry.program)
+        print(f"      {entry.program}: {log.summary()}")
+        for diag in log.diagnostics:
+            mark, why = ("~", f"  [harmless: {diag.harmless}]") if diag.harmless else ("!", "")
+            text = diag.text if len(diag.text) <= _LOG_WIDTH else diag.text[:_LOG_WIDTH] + "..."
+            print(f"        {mark} {text}{why}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -38,11 +38,23 @@ INLINE T fc_prob_special(T lse) {
 #define FC_BK 8
 #define FC_VW 4
 
-/* x[c] = exp(x[c]) for the FC_BK entries of a private row: one OpenCL vector exp, since
+/* x[c] = exp(x[c]) for the FC_BK entries of a private row: OpenCL vector exps, since
  * PoCL leaves the scalar calls of flash_backward_dkdv_rows unvectorised (the other kernels
- * measured no faster with it), element-wise under Metal (syntax check only). */
-#if defined(__OPENCL_VERSION__) && FC_BK == 8
-#define FC_EXP_ROW(x) vstore8(exp(vload8(0, x)), 0, x)
+ * measured no faster with it), element-wise under Metal and CUDA. The vectors are 128 bits
+ * (float4, double2), the width every x86-64 and ARM64 CPU passes in registers: a wider
+ * one makes clang warn that the builtin's ABI depends on AVX / AVX-512 being enabled
+ * (-Wpsabi, "AVX vector return of type 'double8' without 'avx512f'"), which PoCL on an
+ * AVX2-only CPU prints for double8 and on an SSE-only one would print for float8. */
+#if defined(__OPENCL_VERSION__) && FC_BK % 4 == 0
+INLINE void fc_exp_row_float(__private float* x) {
+    UNROLL for (int v = 0; v < FC_BK / 4; v++) vstore4(exp(vload4(v, x)), v, x);
+}
+#if defined(RIFTCO_FP64)
+INLINE void fc_exp_row_double(__private double* x) {
+    UNROLL for (int v = 0; v < FC_BK / 2; v++) vstore2(exp(vload2(v, x)), v, x);
+}
+#endif
+#define FC_EXP_ROW(x) RIFTCO_CAT(fc_exp_row_, T)(x)
 #else
 #define FC_EXP_ROW(x)                                                                \
     {                                                                                \

@@ -75,8 +75,9 @@ class CudaBackend(KernelBackend):
         major, minor = divmod(found.driver_version // 10, 100)
         try:
             nv = ".".join(map(str, compiler.nvrtc_version()))
+            cache = compiler.kernel_cache()
         except Exception:
-            nv = "missing"
+            nv, cache = "missing", None
         out = []
         for d in found.devices:
             details = {
@@ -89,6 +90,8 @@ class CudaBackend(KernelBackend):
                 "driver": f"{major}.{minor}",
                 "nvrtc": nv,
             }
+            if cache is not None:  # its entries' build logs: riftco backends --verbose
+                details["kernel_cache"] = str(cache.folder)
             dts = ("float32", "float64", "int32", "int64")
             out.append(DeviceInfo(d.index, d.name, dts, details))
         return out

@@ -18,13 +18,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from riftco.errors import KernelCompileError
+from riftco.kernels.build_log import BuildLog
+from riftco.kernels.cache import KernelCache, cache_enabled
 
 #: Options every program is built with. No fast math: the kernels' IEEE behaviour is what
 #: conformance checks (``--use_fast_math`` would flush denormals and approximate exp/log).
 BASE_OPTIONS: tuple[str, ...] = ("--std=c++17", "-default-device")
 
 _lock = threading.Lock()
-_cubins: dict[tuple[str, tuple[str, ...], str], bytes] = {}
+_cubins: dict[tuple[str, tuple[str, ...], str], tuple[bytes, BuildLog]] = {}
 
 
 @functools.lru_cache(maxsize=1)
@@ -99,15 +101,49 @@ def _log(nvrtc: Any, prog: Any) -> str:
     return buf.rstrip(b"\0").decode("utf-8", errors="replace").strip()
 
 
+def kernel_cache() -> KernelCache | None:
+    """The on-disk cache of CUBINs (one folder per NVRTC version, the target architecture
+    being part of each entry's options), or None when it is turned off."""
+    if not cache_enabled():
+        return None
+    major, minor = nvrtc_version()
+    return KernelCache("cuda", f"NVRTC {major}.{minor}")
+
+
 def compile_cubin(source: str, name: str, arch: str, extra: Sequence[str] = ()) -> bytes:
-    """The CUBIN of ``source`` for ``arch``; ``KernelCompileError`` naming ``name`` with
-    NVRTC's log otherwise. Results are cached per (source, options) in this process."""
+    """The CUBIN of ``source`` for ``arch`` (see :func:`build`)."""
+    return build(source, name, arch, extra)[0]
+
+
+def build(source: str, name: str, arch: str, extra: Sequence[str] = ()) -> tuple[bytes, BuildLog]:
+    """The CUBIN of ``source`` for ``arch`` and what NVRTC said; ``KernelCompileError``
+    naming ``name`` with NVRTC's log otherwise. Results are kept per (source, options) in
+    this process and in the on-disk kernel cache (keyed by NVRTC's version too), so a
+    family is compiled once per machine, not once per process."""
     options = tuple(compile_options(arch, extra))
     key = (source, options, arch)
     with _lock:
         cached = _cubins.get(key)
     if cached is not None:
         return cached
+    label = f"{name} for CUDA {arch}"
+    cache = kernel_cache()
+    if cache is not None:
+        entry = cache.get_or_build(
+            source, options, label, lambda: _nvrtc_compile(source, name, arch, options)
+        )
+        cubin, log = entry.binary, entry.log
+    else:
+        cubin, log = _nvrtc_compile(source, name, arch, options)
+    built = (cubin, BuildLog.parse(log, label))
+    with _lock:
+        _cubins[key] = built
+    return built
+
+
+def _nvrtc_compile(
+    source: str, name: str, arch: str, options: tuple[str, ...]
+) -> tuple[bytes, str]:
     nvrtc = _require()
     file_name = re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_") or "program"
     err, prog = nvrtc.nvrtcCreateProgram(source.encode(), f"{file_name}.cu".encode(), 0, [], [])
@@ -128,8 +164,6 @@ def compile_cubin(source: str, name: str, arch: str, extra: Sequence[str] = ()) 
         (err,) = nvrtc.nvrtcGetCUBIN(prog, cubin)
         if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
             raise KernelCompileError(f"[compile] {name}: nvrtcGetCUBIN failed: {err!r}")
+        return cubin, _log(nvrtc, prog)
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
-    with _lock:
-        _cubins[key] = cubin
-    return cubin

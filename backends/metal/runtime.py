@@ -24,16 +24,18 @@ from typing import Any
 
 import numpy as np
 from riftco.errors import KernelCompileError
+from riftco.kernels.build_log import BuildLog, capture_compiler_output
 
 #: Handles kept before the oldest is waited for, bounding command buffers in flight.
 MAX_PENDING = 512
 
 
 class MetalProgram:
-    def __init__(self, library: Any, name: str, device_name: str) -> None:
+    def __init__(self, library: Any, name: str, device_name: str, build_log: BuildLog) -> None:
         self.library = library
         self.name = name
         self.device_name = device_name
+        self.build_log = build_log
 
     def kernel(self, name: str) -> Any:
         try:
@@ -82,13 +84,21 @@ class MetalRuntime:
         return self.device.buffer(data)
 
     def compile(self, source: str, name: str) -> MetalProgram:
+        """Build a library; whatever the compiler prints on the way is captured. NOTE:
+        metalcompute returns no log for a build that succeeds (its ``kernel()`` keeps only
+        the error of a failed one), so a real Metal program's log holds only what was
+        printed; the stand-in's library carries its OpenCL build log (``build_log``)."""
+        said: list[str] = []
+        label = f"{name} on {self.device_name}"
         try:
-            library = self.device.kernel(source)
+            with capture_compiler_output(said):
+                library = self.device.kernel(source)
         except Exception as exc:  # metalcompute.error carries the compiler log
-            raise KernelCompileError(
-                f"[compile] {name} failed to build on {self.device_name}:\n{exc}"
-            ) from None
-        return MetalProgram(library, name, self.device_name)
+            extra = "".join(f"\n{text}" for text in said)
+            raise KernelCompileError(f"[compile] {label} failed to build:\n{exc}{extra}") from None
+        inner = getattr(library, "build_log", None)
+        text = "\n".join([inner.text if isinstance(inner, BuildLog) else "", *said]).strip()
+        return MetalProgram(library, name, self.device_name, BuildLog.parse(text, label))
 
     def launch(self, kernel: Any, global_threads: int, buffers: Sequence[Any]) -> None:
         handle = kernel(int(global_threads), *buffers)

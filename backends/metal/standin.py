@@ -108,6 +108,8 @@ class Kernel:
     def __init__(self, device: Device, program: Any) -> None:
         self.device = device
         self.program = program
+        #: Not in metalcompute: the OpenCL build log, which MetalRuntime keeps when present.
+        self.build_log = program.build_log
 
     def function(self, name: str) -> Function:
         try:

@@ -24,6 +24,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from riftco.kernels.cache import cache_root
+
 _HERE = Path(__file__).resolve().parent
 SOURCES = ("kernels.c", "kernels_blas.c", "kernels_layout.c", "kernels_attention.c")
 #: -fno-math-errno lets sqrt vectorise and -fno-trapping-math lets GCC if-convert the
@@ -83,11 +85,6 @@ CDEF = (
 
 class BuildError(RuntimeError):
     """The extension could not be built or loaded; the message says why (compiler output)."""
-
-
-def cache_root() -> Path:
-    env = os.environ.get("RIFTCO_CACHE_DIR")
-    return Path(env) if env else Path.home() / ".cache" / "riftco"
 
 
 def _sources() -> dict[str, str]:

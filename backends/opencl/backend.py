@@ -90,5 +90,8 @@ class OpenCLBackend(KernelBackend):
                 "global_mem_bytes": int(d.global_mem_size),
                 **pocl.details(d),  # which PoCL and LLVM, compiling for which CPU
             }
+            cache = rt.kernel_cache(d)
+            if cache is not None:  # its entries' build logs: riftco backends --verbose
+                details["kernel_cache"] = str(cache.folder)
             out.append(DeviceInfo(i, d.name.strip(), tuple(sorted(dts)), details))
         return out

@@ -20,6 +20,8 @@ from typing import Any
 
 import numpy as np
 from riftco.errors import BackendUnavailableError, KernelCompileError
+from riftco.kernels.build_log import BuildLog, capture_compiler_output
+from riftco.kernels.cache import KernelCache, cache_enabled
 
 from .pocl import cpu_rank
 
@@ -90,12 +92,32 @@ BROKEN: dict[str, str] = {}
 
 
 def _probe_build(device: Any) -> str:
+    said: list[str] = []
     try:
-        cl.Program(cl.Context([device]), _PROBE_SOURCE).build()
+        with capture_compiler_output(said, duplicates=(cl.CompilerWarning,)):
+            cl.Program(cl.Context([device]), _PROBE_SOURCE).build()
     except Exception as exc:
         lines = [ln.strip() for ln in str(exc).splitlines() if "error" in ln.lower()]
         return (lines[-1] if lines else str(exc).strip().splitlines()[0])[:200]
     return ""
+
+
+def device_identity(device: Any) -> str:
+    """Everything about a device and its driver that changes a compiled program (the key of
+    its kernel cache folder)."""
+    platform = device.platform
+    return " | ".join(
+        str(x).strip()
+        for x in (
+            platform.name, platform.version, device.name, device.version,
+            device.driver_version,
+        )
+    )  # fmt: skip
+
+
+def kernel_cache(device: Any) -> KernelCache | None:
+    """The on-disk cache of ``device``'s compiled programs, or None when it is turned off."""
+    return KernelCache("opencl", device_identity(device)) if cache_enabled() else None
 
 
 def is_gpu(device: Any) -> bool:
@@ -144,7 +166,7 @@ def group_size_for(device: Any, requested: int | None = None) -> int:
 
 _shared_lock = threading.Lock()
 _contexts: dict[int, tuple[Any, Any]] = {}
-_programs: dict[tuple[int, str, bool], Any] = {}
+_programs: dict[tuple[int, str, bool], tuple[Any, BuildLog]] = {}
 
 
 def _context(index: int, device: Any) -> tuple[Any, Any]:
@@ -156,10 +178,12 @@ def _context(index: int, device: Any) -> tuple[Any, Any]:
 
 
 class OpenCLProgram:
-    def __init__(self, program: Any, name: str, device_name: str) -> None:
+    def __init__(self, program: Any, name: str, device_name: str, build_log: BuildLog) -> None:
         self.program = program
         self.name = name
         self.device_name = device_name
+        #: What the compiler said while building it (shown by ``riftco backends -v``).
+        self.build_log = build_log
         self._kernels: dict[str, Any] = {}
 
     def kernel(self, name: str) -> Any:
@@ -236,20 +260,52 @@ class OpenCLRuntime:
         return cl.Buffer(self.context, flags, hostbuf=np.frombuffer(data, dtype=np.uint8))
 
     def compile(self, source: str, name: str) -> OpenCLProgram:
+        """Build ``source`` once per device, source and options in this process, and once
+        per machine through the kernel cache: a cached binary is loaded when its entry is
+        sound and the driver accepts it, else the source is built (under the entry's lock,
+        so concurrent processes build it once) and the binary stored for the next one."""
         key = (self.index, source, self.fast_math)
         with _shared_lock:
-            program = _programs.get(key)
-        if program is None:
-            try:
-                options = ["-cl-std=CL1.2", *(FAST_MATH_OPTIONS if self.fast_math else ())]
-                program = cl.Program(self.context, source).build(options=options)
-            except cl.Error as exc:  # RuntimeError subclass carrying the build log
-                raise KernelCompileError(
-                    f"[compile] {name} failed to build on {self.device_name}:\n{exc}"
-                ) from None
+            built = _programs.get(key)
+        if built is None:
+            options = ["-cl-std=CL1.2", *(FAST_MATH_OPTIONS if self.fast_math else ())]
+            built = self._build(source, options, f"{name} on {self.device_name}")
             with _shared_lock:
-                _programs[key] = program
-        return OpenCLProgram(program, name, self.device_name)
+                _programs[key] = built
+        return OpenCLProgram(built[0], name, self.device_name, built[1])
+
+    def _build_source(self, source: str, options: list[str], label: str) -> tuple[Any, BuildLog]:
+        said: list[str] = []
+        try:
+            with capture_compiler_output(said, duplicates=(cl.CompilerWarning,)):
+                program = cl.Program(self.context, source).build(options=options)
+        except cl.Error as exc:  # RuntimeError subclass carrying the build log
+            extra = "".join(f"\n{text}" for text in said)
+            raise KernelCompileError(f"[compile] {label} failed to build:\n{exc}{extra}") from None
+        log = program.get_build_info(self.device, cl.program_build_info.LOG) or ""
+        return program, BuildLog.parse("\n".join([log.strip(), *said]), label)
+
+    def _build(self, source: str, options: list[str], label: str) -> tuple[Any, BuildLog]:
+        cache = kernel_cache(self.device)
+        if cache is None:
+            return self._build_source(source, options, label)
+        fresh: list[tuple[Any, BuildLog]] = []
+
+        def build() -> tuple[bytes, str]:
+            fresh.append(self._build_source(source, options, label))
+            program, log = fresh[0]
+            return bytes(program.get_info(cl.program_info.BINARIES)[0]), log.text
+
+        entry = cache.get_or_build(source, options, label, build)
+        if fresh:
+            return fresh[0]
+        try:
+            with capture_compiler_output([], duplicates=(cl.CompilerWarning,)):
+                program = cl.Program(self.context, [self.device], [entry.binary])
+                program = program.build(options=options)
+        except cl.Error:  # e.g. a driver update made the stored binary unloadable
+            return self._build_source(source, options, label)
+        return program, BuildLog.parse(entry.log, label)
 
     def _group_for(self, kernel: Any) -> int:
         """The run's group size, lowered to the kernel's own limit (as Metal does)."""
