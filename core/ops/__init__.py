@@ -4,7 +4,8 @@
 matmul, layout), ``fused/`` the optional ones (GELU, softmax, LayerNorm, embedding, cross
 entropy, both attentions, AdamW). Each module keeps everything riftco knows about its op:
 the typed protocol method and its semantics, the metadata checks, the composite fallback,
-the VJP, the tolerances and the conformance samples (see ``opunit.py``). The functions here
+the VJP and the tolerances (see ``opunit.py``); its conformance samples sit beside it in
+``_samples/``, loaded only when conformance or a test asks. The functions here
 validate, then dispatch to the operands' backend (``dispatch.py``); none builds a graph.
 
 A new op is one module in ``primitive/`` or ``fused/`` that calls ``register``: it is found
