@@ -47,6 +47,33 @@ class AttentionMethods(Protocol):
         ...
 
 
+#: How attention keeps what its backward needs: "materialized" saves the ``[B, H, T, T]``
+#: probabilities (this unit), "flash" only the ``[B, H, T]`` log-sum-exp and rebuilds them
+#: (``flash_attention``; ``attention_qkv``'s ``flash`` flag).
+MODES: tuple[str, ...] = ("materialized", "flash")
+
+
+def flash_mode(op: str, mode: str) -> bool:
+    """Whether ``mode`` asks for flash attention; the one check of a mode name, shared by
+    every attention entry point that takes one."""
+    if mode not in MODES:
+        raise ShapeError(f"[{op}] mode must be 'materialized' or 'flash'; got {mode!r}")
+    return mode == "flash"
+
+
+def head_dim(op: str, q: Tensor) -> int:
+    """D of ``q[B, H, T, D]``, checked before a default scale divides by its root."""
+    if q.ndim != 4 or q.shape[-1] == 0:
+        raise ShapeError(f"[{op}] q must be [B, H, T, D] with D >= 1; got {q.shape}")
+    return q.shape[-1]
+
+
+def default_scale(d: int) -> float:
+    """``1/sqrt(D)``: keeps the scores' variance near 1 whatever the head dim, the scale
+    every attention entry point uses when the caller gives none."""
+    return 1.0 / math.sqrt(d)
+
+
 def check_qkv(op: str, q: Tensor, k: Tensor, v: Tensor) -> None:
     for t, what in ((q, "q"), (k, "k"), (v, "v")):
         checks.rank(op, t, 4, f"{what} [B, H, T, D]")

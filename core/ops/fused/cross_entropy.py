@@ -114,6 +114,13 @@ def cross_entropy_backward_composite(
     return mul(sub(probs, onehot), scale)
 
 
+def _cross_entropy_vjp(g: Tensor, args: Any, outs: Any, needs: Any) -> tuple[Tensor]:
+    """``g`` is the gradient of the loss rows; the saved ``lse`` spares the backward a
+    second log-sum-exp."""
+    logits, targets = args
+    return (cross_entropy_backward(g, logits, targets, outs[1]),)
+
+
 def _cost(n_in: int) -> Any:
     return lambda args: (n_in * args[-3 if n_in > 2 else 0].nbytes, 5 * args[0].size)
 
@@ -121,6 +128,7 @@ def _cost(n_in: int) -> Any:
 CROSS_ENTROPY = OpUnit(
     "cross_entropy", "fused", "cross_entropy", CrossEntropyMethods.cross_entropy,
     function=cross_entropy, outputs=("loss_rows", "lse"), composite=cross_entropy_composite,
+    vjp=_cross_entropy_vjp, differentiable=(0,),
     nan="a NaN logit makes its row's loss and lse NaN",
     tolerance=Tolerances(Tolerance(2e-5, 2e-5), Tolerance(1e-10, 1e-11),
                          why="log-sum-exp over the row; lse carries ulps of the row max"),
