@@ -21,7 +21,7 @@ import sys
 from typing import Any
 
 from .. import tensor as _tensor
-from . import fused, primitive  # noqa: I001  (primitives first)
+from . import fused, primitive  # noqa: I001  (primitives register first: fused modules import them)
 from .checks import same_backend
 from .deferred import flush as flush_deferred
 from .dispatch import Out
@@ -65,7 +65,8 @@ from .primitive.unary import abs, exp, log, neg, rsqrt, sqrt, tanh
 
 
 def _discover() -> None:
-    """Import every op module of ``primitive/`` and ``fused/`` (each registers its units)."""
+    """Import every op module of ``primitive/`` and ``fused/`` (each registers its units):
+    the packages import those their ``MODULES`` list, this finds any other."""
     for package in (primitive, fused):
         for info in pkgutil.iter_modules(package.__path__):
             if not info.name.startswith("_"):

@@ -190,8 +190,9 @@ def specification(unit: OpUnit) -> str:
     spec = inspect.cleandoc(unit.method.__doc__ or "")
     if not spec or spec in own:
         return own
-    head = f"Protocol method ``{unit.name}`` (the op's specification):\n\n{spec}"
-    return f"{own}\n\n{head}" if own else head
+    if not own:
+        return spec
+    return f"{own}\n\nSpecification (protocol method ``{unit.name}``):\n\n{spec}"
 
 
 _UNITS: dict[str, OpUnit] = {}
