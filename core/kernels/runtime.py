@@ -1,10 +1,11 @@
 """The small runtime interface a GPU API must offer for ``KernelBackend`` to run on it.
 
-Everything device specific (OpenCL, metalcompute, the Metal stand-in) lives behind these
-few calls; the host layer in ``backend.py`` does the rest. Launches are asynchronous and
-ordered: a runtime must execute launches, uploads and downloads in submission order (an
-in-order queue), which is what lets the caching allocator hand a freed buffer to the next
-op without waiting.
+Everything device specific (OpenCL, metalcompute, the Metal stand-in, CUDA) lives behind
+these few calls and one declared record of what the device wants (``RuntimeCapabilities``);
+the host layer in ``backend.py`` does the rest (docs/ARCHITECTURE.md tabulates both).
+Launches are asynchronous and ordered: a runtime must execute launches, uploads and
+downloads in submission order (an in-order queue), which is what lets the caching
+allocator hand a freed buffer to the next op without waiting.
 """
 
 from __future__ import annotations
