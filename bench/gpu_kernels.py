@@ -17,9 +17,10 @@ Each riftco timing queues ``reps`` calls on backend-level tensors and synchronis
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import json
-import os
+import math
 import statistics
 import sys
 import time
@@ -206,9 +207,10 @@ def memory_cases(n: int) -> list[tuple[str, str, int, Setup]]:
     ]
 
 
-def matmul_variants() -> dict[str, str]:
-    """Values of RIFTCO_CUDA_WIDE_MIN_TILES that select each kernel ("" = the host's pick)."""
-    return {"auto": "", "tiled64": str(1 << 40), "wide128": "1"}
+def matmul_variants() -> dict[str, float | None]:
+    """Values of the runtime's ``matmul_wide_min_tiles`` capability that select each kernel
+    (None = the runtime's own, which RIFTCO_CUDA_WIDE_MIN_TILES sets at its creation)."""
+    return {"auto": None, "tiled64": math.inf, "wide128": 1}
 
 
 def run(
@@ -254,10 +256,11 @@ def run(
             cublas = ref.matmul_flops(m, m, m, tb)
             a = backend.from_numpy(rng.standard_normal((m, m)).astype(np.float32))
             b = backend.from_numpy(rng.standard_normal((m, m)).astype(np.float32))
-            for variant, env in matmul_variants().items():
-                old = os.environ.pop("RIFTCO_CUDA_WIDE_MIN_TILES", None)
-                if env:
-                    os.environ["RIFTCO_CUDA_WIDE_MIN_TILES"] = env
+            own = backend.runtime.capabilities
+            for variant, tiles in matmul_variants().items():
+                if tiles is not None:
+                    caps = dataclasses.replace(own, matmul_wide_min_tiles=tiles)
+                    backend.runtime.capabilities = caps
                 try:
                     reps = max(1, min(20, int(4e11 // (2 * m**3))))
                     call = functools.partial(backend.matmul, a, b, False, tb)
@@ -266,9 +269,7 @@ def run(
                     print(f"matmul {m} {variant}: {type(exc).__name__}: {exc}"[:200])
                     continue
                 finally:
-                    os.environ.pop("RIFTCO_CUDA_WIDE_MIN_TILES", None)
-                    if old is not None:
-                        os.environ["RIFTCO_CUDA_WIDE_MIN_TILES"] = old
+                    backend.runtime.capabilities = own
                 flops = 2 * m**3 / sec
                 share = flops / cublas if cublas else None
                 ok = None if share is None else share >= MATMUL_TARGET

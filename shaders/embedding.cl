@@ -28,8 +28,9 @@
 #include "specials.h"
 #include "status.h"
 
-#define RADIX_BITS 8
-#define RADIX_BINS 256
+/* RADIX_BITS, the digit width, comes from the host (core/kernels/shader_defines.py),
+ * which sizes the counts buffer and steps the passes by it. */
+#define RADIX_BINS (1 << RADIX_BITS)
 #define RADIX_MAX_GROUP 1024
 
 KERNEL void embedding_forward(GLOBAL T* out ARG(0), GLOBAL const T* table ARG(1),

@@ -1,7 +1,9 @@
 /* Flash attention: tiles of K/V (or Q/dO) staged in threadgroup memory, an online softmax
  * in the forward, probabilities rebuilt from the saved log-sum-exp in the backward. No
  * [T, T] buffer exists anywhere; threadgroup memory stays under 26 KiB for both float and
- * double (tiles shrink for double). Head dim D <= FA_DMAX (the host refuses larger D).
+ * double (tiles shrink for double). Head dim D <= FLASH_MAX_HEAD_DIM (the host refuses
+ * larger D; it defines FLASH_MAX_HEAD_DIM, FLASH_BLOCK_ROWS and the row layout's indices,
+ * core/kernels/shader_defines.py).
  *
  * Integer params P: [0] BH (batch * heads), [1] T, [2] D, [3] causal (0/1), then the row
  * layouts of q, k, v and of out (P[4..14], flash_rows.h). lse and drow are dense [BH, T].
@@ -21,12 +23,11 @@
 #include "flash_rows.h"
 #include "specials.h"
 
-#define FA_DMAX 128
-/* forward: query rows per block and keys per tile */
-#define FA_BQ (sizeof(T) == 8 ? 8 : 16)
+/* forward: query rows per block (FLASH_BLOCK_ROWS, halved for double) and keys per tile */
+#define FA_BQ (sizeof(T) == 8 ? FLASH_BLOCK_ROWS / 2 : FLASH_BLOCK_ROWS)
 #define FA_BK (sizeof(T) == 8 ? 8 : 16)
 /* backward: rows owned by a block and rows per streamed tile */
-#define FB_BR (sizeof(T) == 8 ? 8 : 16)
+#define FB_BR (sizeof(T) == 8 ? FLASH_BLOCK_ROWS / 2 : FLASH_BLOCK_ROWS)
 #define FB_BC (sizeof(T) == 8 ? 4 : 8)
 
 /* Stage rows r0 .. r0 + n - 1 of one head's [Tn, D] rows into a threadgroup tile (rows
@@ -77,9 +78,9 @@ INLINE T fa_prob(T s, T lse) {
 KERNEL void flash_forward(GLOBAL T* out ARG(0), GLOBAL T* lse ARG(1), GLOBAL const T* q ARG(2),
                           GLOBAL const T* k ARG(3), GLOBAL const T* v ARG(4),
                           GLOBAL const int* P ARG(5), GLOBAL const T* F ARG(6) THREAD_ARGS) {
-    LOCAL T kt[FA_BK * FA_DMAX];
-    LOCAL T vt[FA_BK * FA_DMAX];
-    LOCAL T acc[FA_BQ * FA_DMAX];
+    LOCAL T kt[FA_BK * FLASH_MAX_HEAD_DIM];
+    LOCAL T vt[FA_BK * FLASH_MAX_HEAD_DIM];
+    LOCAL T acc[FA_BQ * FLASH_MAX_HEAD_DIM];
     LOCAL T sc[FA_BQ * FA_BK];
     LOCAL T mrow[FA_BQ];
     LOCAL T lrow[FA_BQ];
@@ -96,8 +97,8 @@ KERNEL void flash_forward(GLOBAL T* out ARG(0), GLOBAL T* lse ARG(1), GLOBAL con
     for (int blk = GROUP_ID; blk < BH * nqb; blk += NUM_GROUPS) {
         int bh = blk / nqb;
         int q0 = (blk - bh * nqb) * BQ;
-        FaRows qr = fa_rows(P, 5, P[8], bh), kr = fa_rows(P, 5, P[9], bh);
-        FaRows vr = fa_rows(P, 5, P[10], bh), orow = fa_rows(P, 11, P[14], bh);
+        FaRows qr = fa_q_rows(P, bh), kr = fa_k_rows(P, bh);
+        FaRows vr = fa_v_rows(P, bh), orow = fa_out_rows(P, bh);
         for (int e = LID; e < BQ * D; e += GROUP_SIZE) {
             acc[e] = (T)0.0;
         }
@@ -197,7 +198,7 @@ KERNEL void flash_backward_rowdot(GLOBAL T* drow ARG(0), GLOBAL const T* dout AR
     int D = P[2];
     for (int row = GID; row < rows; row += GLOBAL_SIZE) {
         int bh = row / Tn;
-        FaRows o = fa_rows(P, 11, P[14], bh);
+        FaRows o = fa_out_rows(P, bh);
         long at = o.base + (long)(row - bh * Tn) * o.ld;
         T acc = (T)0.0;
         for (int d = 0; d < D; d++) {
@@ -214,10 +215,10 @@ KERNEL void flash_backward_dkdv(GLOBAL T* dk ARG(0), GLOBAL T* dv ARG(1), GLOBAL
                                 GLOBAL const T* dout ARG(5), GLOBAL const T* lse ARG(6),
                                 GLOBAL const T* drow ARG(7), GLOBAL const int* P ARG(8),
                                 GLOBAL const T* F ARG(9) THREAD_ARGS) {
-    LOCAL T kb[FB_BR * FA_DMAX];
-    LOCAL T vb[FB_BR * FA_DMAX];
-    LOCAL T qt[FB_BC * FA_DMAX];
-    LOCAL T dot_t[FB_BC * FA_DMAX];
+    LOCAL T kb[FB_BR * FLASH_MAX_HEAD_DIM];
+    LOCAL T vb[FB_BR * FLASH_MAX_HEAD_DIM];
+    LOCAL T qt[FB_BC * FLASH_MAX_HEAD_DIM];
+    LOCAL T dot_t[FB_BC * FLASH_MAX_HEAD_DIM];
     LOCAL T pt[FB_BC * FB_BR];
     LOCAL T dst[FB_BC * FB_BR];
     int BH = P[0];
@@ -232,8 +233,8 @@ KERNEL void flash_backward_dkdv(GLOBAL T* dk ARG(0), GLOBAL T* dv ARG(1), GLOBAL
         int bh = blk / nkb;
         int k0 = (blk - bh * nkb) * BR;
         long rbase = (long)bh * Tn;
-        FaRows qr = fa_rows(P, 5, P[8], bh), kr = fa_rows(P, 5, P[9], bh);
-        FaRows vr = fa_rows(P, 5, P[10], bh), dor = fa_rows(P, 11, P[14], bh);
+        FaRows qr = fa_q_rows(P, bh), kr = fa_k_rows(P, bh);
+        FaRows vr = fa_v_rows(P, bh), dor = fa_out_rows(P, bh);
         fa_stage(kb, k, kr, k0, BR, D, Tn, LID, GROUP_SIZE);
         fa_stage(vb, v, vr, k0, BR, D, Tn, LID, GROUP_SIZE);
         fa_zero(dk, kr, k0, BR, D, Tn, LID, GROUP_SIZE);
@@ -285,10 +286,10 @@ KERNEL void flash_backward_dq(GLOBAL T* dq ARG(0), GLOBAL const T* q ARG(1),
                               GLOBAL const T* dout ARG(4), GLOBAL const T* lse ARG(5),
                               GLOBAL const T* drow ARG(6), GLOBAL const int* P ARG(7),
                               GLOBAL const T* F ARG(8) THREAD_ARGS) {
-    LOCAL T qb[FB_BR * FA_DMAX];
-    LOCAL T dob[FB_BR * FA_DMAX];
-    LOCAL T kt[FB_BC * FA_DMAX];
-    LOCAL T vt[FB_BC * FA_DMAX];
+    LOCAL T qb[FB_BR * FLASH_MAX_HEAD_DIM];
+    LOCAL T dob[FB_BR * FLASH_MAX_HEAD_DIM];
+    LOCAL T kt[FB_BC * FLASH_MAX_HEAD_DIM];
+    LOCAL T vt[FB_BC * FLASH_MAX_HEAD_DIM];
     LOCAL T dst[FB_BR * FB_BC];
     int BH = P[0];
     int Tn = P[1];
@@ -302,8 +303,8 @@ KERNEL void flash_backward_dq(GLOBAL T* dq ARG(0), GLOBAL const T* q ARG(1),
         int bh = blk / nqb;
         int q0 = (blk - bh * nqb) * BR;
         long rbase = (long)bh * Tn;
-        FaRows qr = fa_rows(P, 5, P[8], bh), kr = fa_rows(P, 5, P[9], bh);
-        FaRows vr = fa_rows(P, 5, P[10], bh), dor = fa_rows(P, 11, P[14], bh);
+        FaRows qr = fa_q_rows(P, bh), kr = fa_k_rows(P, bh);
+        FaRows vr = fa_v_rows(P, bh), dor = fa_out_rows(P, bh);
         fa_stage(qb, q, qr, q0, BR, D, Tn, LID, GROUP_SIZE);
         fa_stage(dob, dout, dor, q0, BR, D, Tn, LID, GROUP_SIZE);
         fa_zero(dq, qr, q0, BR, D, Tn, LID, GROUP_SIZE);

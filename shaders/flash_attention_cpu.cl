@@ -5,10 +5,11 @@
  * operand's rows straight from global memory (they stay in cache: one head's K and V are
  * T * D elements each); each streamed row feeds FC_R dot products. GPUs and Metal keep the
  * tiled kernels of flash_attention.cl; the host picks these when the runtime reports is_cpu
- * (threads = BH * ceil(T / FC_R), _FLASH_CPU_ROWS in core/kernels/fused.py).
+ * (threads = BH * ceil(T / FC_R); FC_R is the host's FLASH_CPU_ROWS, defined with the
+ * other flash constants in core/kernels/shader_defines.py).
  *
  * Same parameters as flash_attention.cl: P = [BH, T, D, causal, then the row layouts of
- * q, k, v (and their gradients) and of out, dout], F = [scale]; D <= FC_DMAX (the host
+ * q, k, v (and their gradients) and of out, dout], F = [scale]; D <= FLASH_MAX_HEAD_DIM (the host
  * refuses larger D). Every kernel is grid-stride over rows, so any group size
  * and any thread count work.
  *
@@ -33,8 +34,7 @@ INLINE T fc_prob_special(T lse) {
     return RIFTCO_ISNAN(lse) ? RIFTCO_NAN : (RIFTCO_ISNEGINF(lse) ? RIFTCO_INF : (T)0.0);
 }
 
-#define FC_DMAX 128
-#define FC_R 2
+#define FC_R FLASH_CPU_ROWS
 #define FC_BK 8
 #define FC_VW 4
 
@@ -139,18 +139,18 @@ KERNEL void flash_forward_rows(GLOBAL T* out ARG(0), GLOBAL T* lse ARG(1),
                                GLOBAL const T* F ARG(6) THREAD_ARGS) {
     int BH = P[0];
     int Tn = P[1];
-    int D = P[2] < FC_DMAX ? P[2] : FC_DMAX;
+    int D = P[2] < FLASH_MAX_HEAD_DIM ? P[2] : FLASH_MAX_HEAD_DIM;
     int causal = P[3];
     T scale = F[0];
-    T acc[FC_R][FC_DMAX];
+    T acc[FC_R][FLASH_MAX_HEAD_DIM];
     int nb = (Tn + FC_R - 1) / FC_R;
     for (int blk = GID; blk < BH * nb; blk += GLOBAL_SIZE) {
         int bh = blk / nb;
         int i0 = (blk - bh * nb) * FC_R;
-        int ld = P[7];
-        GLOBAL const T* qb = q + fa_rows(P, 5, P[8], bh).base;
-        GLOBAL const T* kb = k + fa_rows(P, 5, P[9], bh).base;
-        GLOBAL const T* vb = v + fa_rows(P, 5, P[10], bh).base;
+        int ld = P[FLASH_P_ROW_STRIDE];
+        GLOBAL const T* qb = q + fa_q_rows(P, bh).base;
+        GLOBAL const T* kb = k + fa_k_rows(P, bh).base;
+        GLOBAL const T* vb = v + fa_v_rows(P, bh).base;
         int qi[FC_R];
         int kend[FC_R];
         T m[FC_R];
@@ -202,7 +202,7 @@ KERNEL void flash_forward_rows(GLOBAL T* out ARG(0), GLOBAL T* lse ARG(1),
         UNROLL for (int r = 0; r < FC_R; r++) {
             if (i0 + r < Tn) {
                 long row = (long)bh * Tn + i0 + r;
-                long orow = fa_rows(P, 11, P[14], bh).base + (long)(i0 + r) * P[13];
+                long orow = fa_out_rows(P, bh).base + (long)(i0 + r) * P[FLASH_P_OUT_ROW_STRIDE];
                 /* l >= 1 once a finite score was seen (its max contributes exp(0)) */
                 int normal = !poison[r] && l[r] > (T)0.0;
                 for (int d = 0; d < D; d++) {
@@ -223,20 +223,20 @@ KERNEL void flash_backward_dq_rows(GLOBAL T* dq ARG(0), GLOBAL const T* q ARG(1)
                                    GLOBAL const T* F ARG(8) THREAD_ARGS) {
     int BH = P[0];
     int Tn = P[1];
-    int D = P[2] < FC_DMAX ? P[2] : FC_DMAX;
+    int D = P[2] < FLASH_MAX_HEAD_DIM ? P[2] : FLASH_MAX_HEAD_DIM;
     int causal = P[3];
     T scale = F[0];
-    T acc[FC_R][FC_DMAX];
+    T acc[FC_R][FLASH_MAX_HEAD_DIM];
     int nb = (Tn + FC_R - 1) / FC_R;
     for (int blk = GID; blk < BH * nb; blk += GLOBAL_SIZE) {
         int bh = blk / nb;
         int i0 = (blk - bh * nb) * FC_R;
         long rbase = (long)bh * Tn;
-        int ld = P[7], old = P[13];
-        GLOBAL const T* qb = q + fa_rows(P, 5, P[8], bh).base;
-        GLOBAL const T* dob = dout + fa_rows(P, 11, P[14], bh).base;
-        GLOBAL const T* kb = k + fa_rows(P, 5, P[9], bh).base;
-        GLOBAL const T* vb = v + fa_rows(P, 5, P[10], bh).base;
+        int ld = P[FLASH_P_ROW_STRIDE], old = P[FLASH_P_OUT_ROW_STRIDE];
+        GLOBAL const T* qb = q + fa_q_rows(P, bh).base;
+        GLOBAL const T* dob = dout + fa_out_rows(P, bh).base;
+        GLOBAL const T* kb = k + fa_k_rows(P, bh).base;
+        GLOBAL const T* vb = v + fa_v_rows(P, bh).base;
         int qi[FC_R];
         int kend[FC_R];
         T li[FC_R];
@@ -285,7 +285,7 @@ KERNEL void flash_backward_dq_rows(GLOBAL T* dq ARG(0), GLOBAL const T* q ARG(1)
         }
         UNROLL for (int r = 0; r < FC_R; r++) {
             if (i0 + r < Tn) {
-                GLOBAL T* dqr = dq + fa_rows(P, 5, P[8], bh).base + (long)(i0 + r) * ld;
+                GLOBAL T* dqr = dq + fa_q_rows(P, bh).base + (long)(i0 + r) * ld;
                 for (int d = 0; d < D; d++) {
                     dqr[d] = scale * acc[r][d];
                 }
@@ -303,21 +303,21 @@ KERNEL void flash_backward_dkdv_rows(GLOBAL T* dk ARG(0), GLOBAL T* dv ARG(1),
                                      THREAD_ARGS) {
     int BH = P[0];
     int Tn = P[1];
-    int D = P[2] < FC_DMAX ? P[2] : FC_DMAX;
+    int D = P[2] < FLASH_MAX_HEAD_DIM ? P[2] : FLASH_MAX_HEAD_DIM;
     int causal = P[3];
     T scale = F[0];
-    T acck[FC_R][FC_DMAX];
-    T accv[FC_R][FC_DMAX];
+    T acck[FC_R][FLASH_MAX_HEAD_DIM];
+    T accv[FC_R][FLASH_MAX_HEAD_DIM];
     int nb = (Tn + FC_R - 1) / FC_R;
     for (int blk = GID; blk < BH * nb; blk += GLOBAL_SIZE) {
         int bh = blk / nb;
         int j0 = (blk - bh * nb) * FC_R;
         long rbase = (long)bh * Tn;
-        int ld = P[7], old = P[13];
-        GLOBAL const T* qb = q + fa_rows(P, 5, P[8], bh).base;
-        GLOBAL const T* dob = dout + fa_rows(P, 11, P[14], bh).base;
-        GLOBAL const T* kb = k + fa_rows(P, 5, P[9], bh).base;
-        GLOBAL const T* vb = v + fa_rows(P, 5, P[10], bh).base;
+        int ld = P[FLASH_P_ROW_STRIDE], old = P[FLASH_P_OUT_ROW_STRIDE];
+        GLOBAL const T* qb = q + fa_q_rows(P, bh).base;
+        GLOBAL const T* dob = dout + fa_out_rows(P, bh).base;
+        GLOBAL const T* kb = k + fa_k_rows(P, bh).base;
+        GLOBAL const T* vb = v + fa_v_rows(P, bh).base;
         int kj[FC_R];
         T one[FC_R];
         UNROLL for (int r = 0; r < FC_R; r++) {
@@ -371,8 +371,8 @@ KERNEL void flash_backward_dkdv_rows(GLOBAL T* dk ARG(0), GLOBAL T* dv ARG(1),
         }
         UNROLL for (int r = 0; r < FC_R; r++) {
             if (j0 + r < Tn) {
-                GLOBAL T* dkr = dk + fa_rows(P, 5, P[9], bh).base + (long)(j0 + r) * ld;
-                GLOBAL T* dvr = dv + fa_rows(P, 5, P[10], bh).base + (long)(j0 + r) * ld;
+                GLOBAL T* dkr = dk + fa_k_rows(P, bh).base + (long)(j0 + r) * ld;
+                GLOBAL T* dvr = dv + fa_v_rows(P, bh).base + (long)(j0 + r) * ld;
                 for (int d = 0; d < D; d++) {
                     dkr[d] = acck[r][d];
                     dvr[d] = accv[r][d];

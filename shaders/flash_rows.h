@@ -1,8 +1,10 @@
 /* Where the flash kernels find one head's rows (shaders/flash_attention.cl and its CPU
- * twin flash_attention_cpu.cl read the same integer parameters P):
- *   P[4] H, heads per batch index; [5..7] batch, head and row strides of q, k, v and of
- *   dq, dk, dv; [8..10] the offsets of q, k, v; [11..13] the strides of out and dout;
- *   [14] their offset.
+ * twin flash_attention_cpu.cl read the same integer parameters P). The layout is the
+ * host's FlashRows (core/kernels/shader_defines.py), which defines the index of each
+ * field in P as FLASH_P_<FIELD>: H, heads per batch index (FLASH_P_HEADS); the batch,
+ * head and row strides of q, k, v and of dq, dk, dv (FLASH_P_BATCH_STRIDE and the two
+ * after it); the offsets of q, k, v (FLASH_P_Q_OFFSET, _K_, _V_); the strides of out and
+ * dout (FLASH_P_OUT_BATCH_STRIDE and the two after it) and their offset.
  * Row i of head bh = b * H + h starts at off + b * sb + h * sh + i * st. Dense
  * [BH, T, D] is H = 1, (T D, 0, D); attention_qkv passes head blocks of the fused
  * projection (H, T 3C, D, 3C; offsets 0, C, 2C) and of its [B, T, C] output.
@@ -17,13 +19,29 @@ typedef struct {
     long ld;
 } FaRows;
 
-/* Head bh's rows in the layout whose strides start at P[at] (5: q, k, v and their
- * gradients; 11: out and dout), at element offset off. */
+/* Head bh's rows in the layout whose batch, head and row strides start at P[at]
+ * (FLASH_P_BATCH_STRIDE: q, k, v and their gradients; FLASH_P_OUT_BATCH_STRIDE: out and
+ * dout), at element offset off. */
 INLINE FaRows fa_rows(GLOBAL const int* P, int at, int off, int bh) {
     FaRows r;
-    r.base = riftco_batch_offset(bh, P[4], P[at], P[at + 1], off);
+    r.base = riftco_batch_offset(bh, P[FLASH_P_HEADS], P[at], P[at + 1], off);
     r.ld = P[at + 2];
     return r;
+}
+
+/* Head bh's rows of q, k, v (and of dq, dk, dv, which share their strides and offsets). */
+INLINE FaRows fa_q_rows(GLOBAL const int* P, int bh) {
+    return fa_rows(P, FLASH_P_BATCH_STRIDE, P[FLASH_P_Q_OFFSET], bh);
+}
+INLINE FaRows fa_k_rows(GLOBAL const int* P, int bh) {
+    return fa_rows(P, FLASH_P_BATCH_STRIDE, P[FLASH_P_K_OFFSET], bh);
+}
+INLINE FaRows fa_v_rows(GLOBAL const int* P, int bh) {
+    return fa_rows(P, FLASH_P_BATCH_STRIDE, P[FLASH_P_V_OFFSET], bh);
+}
+/* Head bh's rows of out and dout. */
+INLINE FaRows fa_out_rows(GLOBAL const int* P, int bh) {
+    return fa_rows(P, FLASH_P_OUT_BATCH_STRIDE, P[FLASH_P_OUT_OFFSET], bh);
 }
 
 #endif /* RIFTCO_FLASH_ROWS_H */

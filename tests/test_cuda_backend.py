@@ -204,11 +204,13 @@ def test_primitive_on_cuda_irregular_groups(cuda_backends, name, group):
 
 
 @needs_gpu
-def test_wide_matmul_runs_on_cuda(cuda_backends, monkeypatch):
+def test_wide_matmul_runs_on_cuda(monkeypatch):
+    """``RIFTCO_CUDA_WIDE_MIN_TILES`` (read when the runtime is created) forces the kernel."""
     import riftco.ops as ops
 
-    backend = cuda_backends()
     monkeypatch.setenv(runtime.WIDE_ENV, "1")
+    backend = backend_mod.CudaBackend(0)
+    assert backend.runtime.capabilities.matmul_wide_min_tiles == 1
     rng = np.random.default_rng(3)
     a = rng.standard_normal((3, 300, 170))
     b = rng.standard_normal((3, 260, 170))

@@ -8,6 +8,8 @@ are not multiples of the 128x128 tile or the 8-deep K slice.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -34,8 +36,8 @@ def wide_backends():
     def get(group):
         if group not in made:
             b = OpenCLBackend(0, group_size=group)
-            b.runtime.is_cpu = False
-            b.runtime.matmul_wide_min_tiles = 1
+            caps = b.runtime.capabilities.shaped_for(cpu=False)
+            b.runtime.capabilities = dataclasses.replace(caps, matmul_wide_min_tiles=1)
             made[group] = b
         return made[group]
 
@@ -66,12 +68,13 @@ def test_matmul_wide_matches_numpy(wide_backends, group, dtype):
 
 
 def test_wide_path_is_opt_in():
-    """Runtimes without ``matmul_wide_min_tiles`` (OpenCL, Metal) keep their kernels."""
+    """Runtimes whose ``matmul_wide_min_tiles`` is ``math.inf`` (OpenCL, Metal) keep their
+    kernels."""
     import riftco.ops as ops
     from riftco.backends.opencl.backend import OpenCLBackend
 
     backend = OpenCLBackend(0)
-    backend.runtime.is_cpu = False
+    backend.runtime.capabilities = backend.runtime.capabilities.shaped_for(cpu=False)
     x = backend.from_numpy(np.ones((256, 256), dtype=np.float32))
     np.testing.assert_allclose(ops.matmul(x, x, False, False).numpy(), 256.0)
     assert "matmul_wide" not in {key[-1] for key in backend._kernels}

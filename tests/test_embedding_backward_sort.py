@@ -1,7 +1,7 @@
 """Embedding backward as a stable radix sort plus ordered segment sums (issue 15).
 
 The old kernel walked every id for every output element (O(V * C * n)); the plan in
-core/kernels/fused.py sorts (id, position) pairs with integer counting and sums each
+core/kernels/fused_embedding.py sorts (id, position) pairs with integer counting and sums each
 vocabulary row's segment in position order, in blocks of 32 (BlockSum in
 shaders/specials.h). So every output element is summed in one documented order: bitwise
 equal to ``blocked_scatter_add`` below (numpy, written from that description) in IEEE
@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 from riftco import ops as F
-from riftco.kernels import fused
+from riftco.kernels import fused_embedding
 
 rt = pytest.importorskip("riftco.backends.opencl.runtime", reason="OpenCL runtime import failed")
 _devices, _why = rt.enumerate_devices()
@@ -107,9 +107,9 @@ def test_direct_and_sorted_plans_give_the_same_bits(monkeypatch: pytest.MonkeyPa
     v, n, c = 40, 300, 5
     ids, dy, want = _case(v, n, c, seed=2, index=np.int64)
     be = _opencl()
-    monkeypatch.setattr(fused, "_EMBEDDING_DIRECT_MAX", 1 << 30)
+    monkeypatch.setattr(fused_embedding, "_EMBEDDING_DIRECT_MAX", 1 << 30)
     direct = _run(be, ids, dy, v)
-    monkeypatch.setattr(fused, "_EMBEDDING_DIRECT_MAX", 0)
+    monkeypatch.setattr(fused_embedding, "_EMBEDDING_DIRECT_MAX", 0)
     sorted_ = _run(be, ids, dy, v)
     np.testing.assert_array_equal(direct.view(np.uint32), want.view(np.uint32))
     np.testing.assert_array_equal(sorted_.view(np.uint32), want.view(np.uint32))

@@ -1,9 +1,10 @@
-"""Fused kernels (shaders/*.cl + core/kernels/fused.py) on PoCL, against float64 numpy.
+"""Fused kernels (shaders/*.cl + core/kernels/fused_*.py) on PoCL, against float64 numpy.
 
 The kernels are driven through the real host mixin ``FusedKernels`` on top of a tiny
-pyopencl stand-in for the kernel host layer (``_ClHost``: ``empty``/``fill``/``launch``),
-with an explicit work-group size so every kernel runs at the irregular sizes Metal may
-pick (32, 96, 256, 352). References are written here, independently of the CPU backend.
+pyopencl stand-in for the kernel host layer (``_ClHost``: ``empty``/``fill``/``launch`` and
+a runtime that declares its capabilities), with an explicit work-group size so every
+kernel runs at the irregular sizes Metal may pick (32, 96, 256, 352). References are
+written here, independently of the CPU backend.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from fused_reference import attention_ref, gelu_ref, softmax_ref
 from helpers import assert_close
 from riftco.errors import ShapeError
 from riftco.kernels.fused import FusedKernels
+from riftco.kernels.runtime import RuntimeCapabilities
 from riftco.kernels.sources import program_source
 
 cl = pytest.importorskip("pyopencl", reason="pyopencl is not installed (test extra)")
@@ -71,11 +73,22 @@ class _Buf:
         )
 
 
+class _Runtime:
+    """The one part of a runtime the fused plans read: the tiled (GPU-shaped) flash kernels,
+    with the group size fixed by ``_ClHost``."""
+
+    def __init__(self, group: int) -> None:
+        self.capabilities = RuntimeCapabilities(
+            is_cpu=False, serial_rows=False, group_size_hint=group, matmul_wide_min_tiles=math.inf
+        )
+
+
 class _ClHost(FusedKernels):
     """Stand-in for the kernel host layer with a fixed work-group size."""
 
     def __init__(self, group: int) -> None:
         self.group = group
+        self.runtime = _Runtime(group)
         self.launches: list[str] = []
         # the device status buffer (shaders/status.h): word 0 = flags, then min/max per slot
         self.status = self.up(np.array([0] + [2**31 - 1, -(2**31)] * 16, np.int32))

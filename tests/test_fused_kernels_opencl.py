@@ -184,7 +184,7 @@ def test_flash_cpu_shaped_kernels_on_cpu_device(group: int) -> None:
     """On PoCL the host picks the barrier-free one-row-per-thread flash kernels of
     flash_attention_cpu.cl; they are deterministic (bitwise equal reruns)."""
     backend = OpenCLBackend(0, group_size=group)
-    if not backend.runtime.is_cpu:
+    if not backend.runtime.capabilities.is_cpu:
         pytest.skip("the device is a GPU: the CPU-shaped flash kernels are not chosen")
     _flash_check_shapes(backend, f"cpu kernels @{group}")
     used = {key[-1] for key in backend._kernels}
@@ -195,7 +195,7 @@ def test_flash_cpu_shaped_kernels_on_cpu_device(group: int) -> None:
 def test_flash_gpu_shaped_kernels_on_cpu_device(group: int) -> None:
     """The tiled flash kernels that GPUs and Metal run keep working when forced on PoCL."""
     backend = OpenCLBackend(0, group_size=group)
-    backend.runtime.is_cpu = False
+    backend.runtime.capabilities = backend.runtime.capabilities.shaped_for(cpu=False)
     _flash_check_shapes(backend, f"gpu kernels @{group}")
     used = {key[-1] for key in backend._kernels}
     assert _FLASH_GPU <= used and not used & _FLASH_CPU, used

@@ -9,6 +9,8 @@ sentinel value (a kernel that ignores the output strides writes over its neighbo
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from riftco.ops.fused.attention_qkv import heads_view
@@ -24,9 +26,10 @@ def _backend(kind: str, group: int):
     from riftco.backends.opencl.backend import OpenCLBackend
 
     b = OpenCLBackend(0, group_size=group)
-    b.runtime.is_cpu = kind == "panel"
+    caps = b.runtime.capabilities.shaped_for(cpu=kind == "panel")
     if kind == "wide":
-        b.runtime.matmul_wide_min_tiles = 1
+        caps = dataclasses.replace(caps, matmul_wide_min_tiles=1)
+    b.runtime.capabilities = caps
     return b
 
 

@@ -40,7 +40,7 @@ def _make(kind: str) -> Any:
             _BACKENDS[kind] = OpenCLBackend(0, group_size=96, fast_math=True)
         elif kind == "fast352gpu":  # GPU-shaped kernels (tiled flash, matmul_tiled) on PoCL
             b = OpenCLBackend(0, group_size=352, fast_math=True)
-            b.runtime.is_cpu = False
+            b.runtime.capabilities = b.runtime.capabilities.shaped_for(cpu=False)
             _BACKENDS[kind] = b
         else:
             from riftco.backends.metal import standin

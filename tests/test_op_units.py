@@ -63,7 +63,7 @@ def test_public_functions_are_the_units_functions() -> None:
 def test_a_new_unit_is_dispatched_tested_and_listed_without_other_edits(registry) -> None:
     """What docs/BACKENDS.md section 8 promises, done at runtime with a toy op."""
     from riftco.ops.dispatch import Out, dispatch
-    from riftco.ops.samples import Arr, Example, Samples, edges
+    from riftco.ops.samples import Arr, Example, Samples, SampleSet, edges
 
     class SquareMethods:
         def square(self, x):  # noqa: ANN001, ANN201 - a toy protocol method
@@ -75,7 +75,8 @@ def test_a_new_unit_is_dispatched_tested_and_listed_without_other_edits(registry
     SQUARE = OpUnit(  # noqa: N806
         "square", "fused", "square", SquareMethods.square, function=square,
         composite=lambda x: ops.mul(x, x),
-        samples=Samples(lambda p, c: Example("x", [Arr(np.arange(5.0) - 2)]), edges({})),
+        testing=SampleSet(Samples(lambda p, c: Example("x", [Arr(np.arange(5.0) - 2)]),
+                                  edges({}))),
     )  # fmt: skip
     from riftco.ops import opunit as unit_module
 

@@ -62,7 +62,7 @@ def test_gpu_shaped_kernels_on_cpu_device(name, group):
     from riftco.backends.opencl.backend import OpenCLBackend
 
     backend = OpenCLBackend(0, group_size=group)
-    backend.runtime.is_cpu = False
+    backend.runtime.capabilities = backend.runtime.capabilities.shaped_for(cpu=False)
     got, want, tol = CASES[name](backend, np.random.default_rng(5), np.dtype(np.float32))
     assert_close(f"{name}@{group} (GPU kernels)", got, want, tol)
     used = {key[-1] for key in backend._kernels}
@@ -71,7 +71,7 @@ def test_gpu_shaped_kernels_on_cpu_device(name, group):
 
 def test_cpu_device_uses_cpu_shaped_kernels(backends):
     backend = backends()
-    if not backend.runtime.is_cpu:
+    if not backend.runtime.capabilities.is_cpu:
         pytest.skip("the device is a GPU: the CPU-shaped kernels are not chosen")
     import riftco.ops as ops
 

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 from riftco.errors import BackendUnavailableError, KernelCompileError
+from riftco.kernels.runtime import RuntimeCapabilities
 
 from . import compiler
 from .driver import CudaDriverError, DeviceProps, check, load, probe
@@ -220,10 +221,6 @@ class CudaProgram:
 class CudaRuntime:
     """Implements ``riftco.kernels.runtime.Runtime`` on one NVIDIA GPU."""
 
-    #: GPUs take the threadgroup-tiled kernels (never the CPU-shaped panel/row kernels).
-    is_cpu = False
-    serial_rows = False
-
     def __init__(self, index: int, group_size: int | None = None) -> None:
         self.index = index
         self._dev = _device(index)
@@ -232,24 +229,23 @@ class CudaRuntime:
         self.device_name = self.props.name
         self.arch = self.props.arch
         self.group_size = group_size_for(self.props, group_size)
+        #: GPUs take the threadgroup-tiled kernels (never the CPU-shaped panel/row kernels).
+        #: The group size is known here (unlike Metal): row kernels launch one group per
+        #: row. Products with at least one 128x128 tile per multiprocessor take
+        #: ``matmul_wide`` (below that the 64x64 kernel keeps every one busy);
+        #: ``RIFTCO_CUDA_WIDE_MIN_TILES``, read here, overrides that count for tuning.
+        raw = os.environ.get(WIDE_ENV, "")
+        self.capabilities = RuntimeCapabilities(
+            is_cpu=False,
+            serial_rows=False,
+            group_size_hint=self.group_size,
+            matmul_wide_min_tiles=int(raw) if raw.isdigit() else self.props.multiprocessors,
+        )
         self._dev.make_current()
         self._args = np.zeros(MAX_ARGS, dtype=np.uint64)
         base = self._args.ctypes.data
         self._arg_ptrs = np.array([base + 8 * i for i in range(MAX_ARGS)], dtype=np.uint64)
         self._arg_ptrs_addr = int(self._arg_ptrs.ctypes.data)
-
-    @property
-    def matmul_wide_min_tiles(self) -> int:
-        """Products with at least this many 128x128 tiles take ``matmul_wide`` (one tile per
-        multiprocessor at least; below that the 64x64 kernel keeps every one busy).
-        ``RIFTCO_CUDA_WIDE_MIN_TILES`` overrides it for tuning."""
-        raw = os.environ.get(WIDE_ENV, "")
-        return int(raw) if raw.isdigit() else self.props.multiprocessors
-
-    @property
-    def group_size_hint(self) -> int:
-        """Known here (unlike Metal): lets row kernels launch one group per row."""
-        return self.group_size
 
     # -- memory ---------------------------------------------------------------------------------
     def allocate(self, nbytes: int) -> CudaBuffer:

@@ -18,6 +18,7 @@ wait covers the rest, whose drops then return at once. docs/METAL.md counts the 
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Sequence
 from typing import Any
@@ -25,6 +26,7 @@ from typing import Any
 import numpy as np
 from riftco.errors import KernelCompileError
 from riftco.kernels.build_log import BuildLog, capture_compiler_output
+from riftco.kernels.runtime import RuntimeCapabilities
 
 #: Handles kept before the oldest is waited for, bounding command buffers in flight.
 MAX_PENDING = 512
@@ -52,6 +54,12 @@ class MetalRuntime:
     def __init__(self, mc: Any, index: int = 0) -> None:
         self.mc = mc
         self.device = mc.Device(index)
+        #: metalcompute picks each pipeline's group size itself (no hint), Apple GPUs take
+        #: the tiled kernels and threadgroup trees, and ``matmul_wide`` is CUDA's alone. The
+        #: stand-in (``standin.py``, over PoCL) declares the same: it stands in for Metal.
+        self.capabilities = RuntimeCapabilities(
+            is_cpu=False, serial_rows=False, group_size_hint=None, matmul_wide_min_tiles=math.inf
+        )
         try:
             self.device_name = str(mc.get_devices()[index].deviceName)
         except Exception:  # naming is cosmetic

@@ -13,6 +13,7 @@ local size, and parameter buffers are built with ``COPY_HOST_PTR`` (no extra enq
 from __future__ import annotations
 
 import functools
+import math
 import os
 import threading
 from collections.abc import Sequence
@@ -22,6 +23,7 @@ import numpy as np
 from riftco.errors import BackendUnavailableError, KernelCompileError
 from riftco.kernels.build_log import BuildLog, capture_compiler_output
 from riftco.kernels.cache import KernelCache, cache_enabled
+from riftco.kernels.runtime import RuntimeCapabilities
 
 from .pocl import cpu_rank
 
@@ -217,20 +219,18 @@ class OpenCLRuntime:
         self.fast_math = fast_math_from_env() if fast_math is None else bool(fast_math)
         self._kernel_groups: dict[int, int] = {}
         #: CPU devices get kernels shaped for caches and SIMD rather than for threadgroups
-        #: (matmul_panel); a plain attribute so tests can force the GPU path on PoCL.
-        self.is_cpu = not is_gpu(self.device)
+        #: (matmul_panel), and a work-item per row beats a threadgroup tree there (barriers
+        #: are costly). The group size is known here (unlike Metal): row kernels launch one
+        #: group per row. ``matmul_wide`` is CUDA's alone (docs/DECISIONS.md).
+        cpu = not is_gpu(self.device)
+        self.capabilities = RuntimeCapabilities(
+            is_cpu=cpu,
+            serial_rows=cpu,
+            group_size_hint=self.group_size,
+            matmul_wide_min_tiles=math.inf,
+        )
         #: The largest single buffer the device allows (larger ones fail at creation).
         self.max_alloc_bytes = int(self.device.max_mem_alloc_size)
-
-    @property
-    def group_size_hint(self) -> int:
-        """Known here (unlike Metal): lets row kernels launch one group per row."""
-        return self.group_size
-
-    @property
-    def serial_rows(self) -> bool:
-        """On CPU devices a work-item per row beats a threadgroup tree (barriers are costly)."""
-        return self.is_cpu
 
     def allocate(self, nbytes: int) -> Any:
         if nbytes > self.max_alloc_bytes:  # clCreateBuffer would say INVALID_BUFFER_SIZE

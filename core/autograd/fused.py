@@ -3,18 +3,18 @@
 Each forward calls the fused raw op (native kernel or core composite) through ``apply``,
 and each VJP is the one its op unit declares, which calls the dedicated backward op: a GPU
 backend's own kernels do the work in both directions. What is here is what only the
-Variable level knows: the mean over kept rows of cross entropy, attention's default scale
-and its two modes.
+Variable level knows: cross entropy's mean over kept rows (ordinary ``sum`` and ``div``
+nodes after the unit's), and which attention unit a ``mode`` picks (the mode names, the
+head-dim check and the default scale are the attention unit's).
 """
 
 from __future__ import annotations
 
-import math
-
 from .. import ops
-from ..errors import DTypeError, ShapeError
+from ..errors import DTypeError
 from ..ops.fused import attention as _attention
 from ..ops.fused import attention_qkv as _attention_qkv
+from ..ops.fused import cross_entropy as _cross_entropy
 from ..ops.fused import embedding as _embedding
 from ..ops.fused import flash_attention as _flash
 from ..ops.fused import gelu as _gelu
@@ -23,7 +23,8 @@ from ..ops.fused import linear as _linear
 from ..ops.fused import softmax as _softmax
 from ..tensor import Tensor
 from .apply import apply, as_variable
-from .graph import Variable, make
+from .graph import Variable
+from .operations import div, sum
 
 
 def gelu(x: Variable, approximate: str = "tanh") -> Variable:
@@ -58,19 +59,12 @@ def cross_entropy(logits: Variable, targets: Tensor) -> Variable:
             f"[cross_entropy] targets must be an integer Tensor; got {type(targets).__name__}"
         )
     logits = as_variable(logits, "cross_entropy")
+    rows = apply(_cross_entropy.CROSS_ENTROPY, logits, targets)
     lv = logits._value
-    rows, lse = ops.cross_entropy(lv, targets)
-    n = lv.shape[0]
-    ignored = ops.full_like(lv, -1.0, (1,)).broadcast_to((n,))
+    ignored = ops.full_like(lv, -1.0, (1,)).broadcast_to((lv.shape[0],))
     kept = ops.compare(ops.cast(targets, lv.dtype), ignored, "ne")
     count = ops.maximum(ops.sum(kept), ops.full_like(lv, 1.0, ()))  # all ignored: 0, not nan
-    loss = ops.div(ops.sum(rows), count)
-
-    def rule(g: Tensor) -> tuple[Tensor]:
-        drows = ops.div(g, count).reshape(1).broadcast_to((n,))
-        return (ops.cross_entropy_backward(drows, lv, targets, lse),)
-
-    return make(loss, "cross_entropy", (logits,), rule)
+    return div(sum(rows), count)
 
 
 def attention(
@@ -87,14 +81,11 @@ def attention(
     saves only the output and the ``[B, H, T]`` log-sum-exp and lets the backend rebuild
     the probabilities during backward. ``scale`` defaults to ``1/sqrt(D)``."""
     qv = as_variable(q, "attention")._value
-    if qv.ndim != 4 or qv.shape[-1] == 0:
-        raise ShapeError(f"[attention] q must be [B, H, T, D] with D >= 1; got {qv.shape}")
-    s = 1.0 / math.sqrt(qv.shape[-1]) if scale is None else float(scale)
-    if mode == "materialized":
-        return apply(_attention.ATTENTION, q, k, v, s, bool(causal))
-    if mode == "flash":
-        return apply(_flash.FLASH_ATTENTION, q, k, v, s, bool(causal))
-    raise ShapeError(f"[attention] mode must be 'materialized' or 'flash'; got {mode!r}")
+    d = _attention.head_dim("attention", qv)
+    s = _attention.default_scale(d) if scale is None else float(scale)
+    flash = _attention.flash_mode("attention", mode)
+    unit = _flash.FLASH_ATTENTION if flash else _attention.ATTENTION
+    return apply(unit, q, k, v, s, bool(causal))
 
 
 def attention_qkv(
@@ -113,7 +104,6 @@ def attention_qkv(
     writes through strides."""
     value = as_variable(qkv, "attention_qkv")._value
     _, _, c, h = _attention_qkv.check_fused_qkv("attention_qkv", value, heads)
-    if mode not in ("materialized", "flash"):
-        raise ShapeError(f"[attention_qkv] mode must be 'materialized' or 'flash'; got {mode!r}")
-    s = 1.0 / math.sqrt(c // h) if scale is None else scale
-    return apply(_attention_qkv.ATTENTION_QKV, qkv, h, s, bool(causal), mode == "flash")
+    flash = _attention.flash_mode("attention_qkv", mode)
+    s = _attention.default_scale(c // h) if scale is None else scale
+    return apply(_attention_qkv.ATTENTION_QKV, qkv, h, s, bool(causal), flash)

@@ -242,7 +242,7 @@ class KernelBackend(FusedKernels, PrimitiveKernels, BackendBase):
         shape, strides = collapse(x.shape, x.strides)
         if len(shape) > 8:
             raise DTypeError(f"[copy_strided] views of rank > 8 are not supported; got {x.shape}")
-        if len(shape) <= 4 and getattr(self.runtime, "is_cpu", False):
+        if len(shape) <= 4 and self.runtime.capabilities.is_cpu:
             pad = 4 - len(shape)
             shape, strides = [1] * pad + shape, [0] * pad + strides
             ints = [x.size, 4, x.offset, *shape, *strides]

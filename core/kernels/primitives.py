@@ -1,7 +1,8 @@
 """Host side of the primitive kernels: each method sizes its output and queues launches.
 
-Mixed into :class:`~riftco.kernels.backend.KernelBackend`, which provides ``launch`` and
-``empty``. Operands arrive dense (core copies views first); results are fresh dense
+Mixed into :class:`~riftco.kernels.backend.KernelBackend`, which provides ``launch``,
+``empty`` and the rest of ``host.KernelHost``; kernel shapes follow the runtime's declared
+capabilities. Operands arrive dense (core copies views first); results are fresh dense
 tensors. Nothing here waits for the device.
 """
 
@@ -9,12 +10,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..backend import ElementwiseByName
 from ..errors import ShapeError
+from .host import KernelMixin
 from .layout import reduction_groups
 from .sources import c_type
 
@@ -26,11 +28,12 @@ _SMALL_ROW = 64
 #: Tile of ``matmul_tiled`` (must match shaders/matmul.cl) and its threads per tile.
 _TILE_M, _TILE_N, _TILE_THREADS = 64, 64, 256
 #: Outputs per thread of ``matmul_panel`` (MP_WM x MP_WN in shaders/matmul.cl), used on
-#: runtimes that report ``is_cpu`` (PoCL): registers, not threadgroup memory and barriers.
+#: runtimes whose capabilities say ``is_cpu`` (PoCL): registers, not threadgroup memory
+#: and barriers.
 _PANEL_M, _PANEL_N = 8, 16
 #: Tile of ``matmul_wide`` (MW_TM x MW_TN in shaders/matmul.cl), 256 threads each: chosen
 #: when the runtime's ``matmul_wide_min_tiles`` (CUDA: enough tiles for every multiprocessor)
-#: is reached; runtimes without that attribute never take it.
+#: is reached; runtimes that declare ``math.inf`` never take it.
 _WIDE_M, _WIDE_N = 128, 128
 #: Column reductions split the reduced axis until about this many threads run.
 _COLUMN_THREADS = 16384
@@ -46,12 +49,8 @@ def _batch(x: Tensor, split: bool) -> tuple[int, int, int]:
     return x.shape[-2] * x.shape[-1], 0, x.offset
 
 
-class PrimitiveKernels(ElementwiseByName):
+class PrimitiveKernels(ElementwiseByName, KernelMixin):
     """The required primitives (plus AdamW) as launches of ``shaders/`` kernels."""
-
-    launch: Any
-    empty: Any
-    runtime: Any
 
     # -- elementwise --------------------------------------------------------------------------
     def unary(self, op: str, x: Tensor) -> Tensor:
@@ -123,7 +122,7 @@ class PrimitiveKernels(ElementwiseByName):
         if out.size == 0:
             return out
         if x.size == 0:  # sum over an empty axis (core rejects max over one)
-            self.fill(out, 0.0)  # type: ignore[attr-defined]
+            self.fill(out, 0.0)
             return out
         runs = reduction_groups(x.shape, axes)
         flags = [r for _, r in runs]
@@ -139,14 +138,14 @@ class PrimitiveKernels(ElementwiseByName):
             self._reduce_cols(op, out, x, runs[0][0], runs[1][0])
         else:  # interleaved: move reduced axes last with one strided copy
             order = [i for i in range(x.ndim) if i not in axes] + list(axes)
-            dense = self.copy_strided(x.permute(order))  # type: ignore[attr-defined]
+            dense = self.copy_strided(x.permute(order))
             cols = math.prod(x.shape[a] for a in axes)
             self._reduce_rows(op, out, dense, x.size // cols, cols)
         return out
 
     def _reduce_rows(self, op: str, out: Tensor, x: Tensor, rows: int, cols: int) -> None:
         # CPU devices (PoCL) run a whole row per work-item far faster than a barrier tree.
-        serial = getattr(self.runtime, "serial_rows", False) and rows >= 64
+        serial = self.runtime.capabilities.serial_rows and rows >= 64
         if cols <= _SMALL_ROW or serial:
             self.launch("reduce", f"{op}_rows_small", x.dtype, rows, out, x, ints=[rows, cols])
         else:
@@ -169,8 +168,8 @@ class PrimitiveKernels(ElementwiseByName):
 
     def _row_threads(self) -> int:
         """Threads per row for threadgroup-per-row kernels: the runtime's group size when
-        it is known (OpenCL), else 256 (Metal picks its own; kernels loop either way)."""
-        return int(getattr(self.runtime, "group_size_hint", None) or 256)
+        it is known (OpenCL, CUDA), else 256 (Metal picks its own; kernels loop either way)."""
+        return int(self.runtime.capabilities.group_size_hint or 256)
 
     def argmax(self, x: Tensor) -> Tensor:
         cols = x.shape[-1]
@@ -211,17 +210,18 @@ class PrimitiveKernels(ElementwiseByName):
         if k == 0:
             if not out.is_dense:
                 raise ShapeError(f"[matmul] an empty product into a view {out.shape}")
-            self.fill(out, 0.0)  # type: ignore[attr-defined]
+            self.fill(out, 0.0)
             return
         assert out.strides[-1] == 1 or n == 1, "product: out's last axis must be contiguous"
         # Logical A[m, k] and B[k, n] as strides into the operands.
         sar, sac = a.strides[-2:]
         sam, sak = (sac, sar) if transpose_a else (sar, sac)
-        panel = getattr(self.runtime, "is_cpu", False) and m >= 8 and n >= 8
+        caps = self.runtime.capabilities
+        panel = caps.is_cpu and m >= 8 and n >= 8
         sbr, sbc = b.strides[-2:]
         sbk, sbn = (sbc, sbr) if transpose_b else (sbr, sbc)
         if panel and sbn != 1:  # matmul_panel reads rows of B: pack B once (O(kn))
-            b = self.copy_strided(b.transpose(-1, -2) if transpose_b else b)  # type: ignore[attr-defined]
+            b = self.copy_strided(b.transpose(-1, -2) if transpose_b else b)
             sbk, sbn = n, 1
         split = out.ndim == 4  # (batch, head) pairs: two strides
         inner = out.shape[1] if split else 1
@@ -233,7 +233,7 @@ class PrimitiveKernels(ElementwiseByName):
         wide_tiles = batch * -(-m // _WIDE_M) * -(-n // _WIDE_N)
         if m < 8 or n < 8:  # thin products waste most of a 64x64 tile
             self.launch("matmul", "matmul_small", a.dtype, out.size, out, a, b, ints=ints)
-        elif wide_tiles >= getattr(self.runtime, "matmul_wide_min_tiles", math.inf):
+        elif wide_tiles >= caps.matmul_wide_min_tiles:
             threads = wide_tiles * _TILE_THREADS
             self.launch("matmul", "matmul_wide", a.dtype, threads, out, a, b, ints=ints)
         elif panel:

@@ -1,18 +1,54 @@
 """The small runtime interface a GPU API must offer for ``KernelBackend`` to run on it.
 
-Everything device specific (OpenCL, metalcompute, the Metal stand-in) lives behind these
-few calls; the host layer in ``backend.py`` does the rest. Launches are asynchronous and
-ordered: a runtime must execute launches, uploads and downloads in submission order (an
-in-order queue), which is what lets the caching allocator hand a freed buffer to the next
-op without waiting.
+Everything device specific (OpenCL, metalcompute, the Metal stand-in, CUDA) lives behind
+these few calls and one declared record of what the device wants (``RuntimeCapabilities``);
+the host layer in ``backend.py`` does the rest (docs/ARCHITECTURE.md tabulates both).
+Launches are asynchronous and ordered: a runtime must execute launches, uploads and
+downloads in submission order (an in-order queue), which is what lets the caching
+allocator hand a freed buffer to the next op without waiting.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
+
+
+@dataclass(frozen=True, kw_only=True)
+class RuntimeCapabilities:
+    """What a runtime tells the host layer about its device, declared once per runtime.
+
+    The host layer (``KernelBackend`` and its op mixins) picks kernel shapes from these
+    and from nothing else, so a new runtime states every choice it makes instead of
+    inheriting silent defaults. Frozen: a runtime sets them when it is created; to force a
+    different choice (tests run the GPU-shaped kernels on PoCL), assign a new record made
+    with :meth:`shaped_for` or :func:`dataclasses.replace` to ``runtime.capabilities``.
+    """
+
+    #: The device is a CPU (PoCL): take the kernels shaped for caches and SIMD lanes
+    #: (``matmul_panel``, ``copy_strided_rows``, the barrier-free flash kernels of
+    #: ``flash_attention_cpu.cl``) instead of those shaped for threadgroups and barriers.
+    is_cpu: bool
+    #: Reduce rows of 64 or more with one thread per row (``*_rows_small``) instead of a
+    #: threadgroup tree per row: faster where barriers are costly (CPU devices).
+    serial_rows: bool
+    #: The threadgroup size every launch uses, when the runtime fixes it (OpenCL, CUDA):
+    #: row kernels then launch one group per row. ``None`` where the API picks it per
+    #: pipeline (Metal); the host then assumes 256 (the kernels loop either way).
+    group_size_hint: int | None
+    #: Products with at least this many 128x128 output tiles take ``matmul_wide``;
+    #: ``math.inf`` where the kernel does not pay (every runtime but CUDA).
+    matmul_wide_min_tiles: float
+
+    def shaped_for(self, *, cpu: bool) -> RuntimeCapabilities:
+        """These capabilities with the CPU-shaped kernel choices on (``cpu=True``) or off.
+
+        ``serial_rows`` follows ``is_cpu`` as on OpenCL, where both come from the device
+        type; this is the documented way to run one device's kernels of the other shape."""
+        return replace(self, is_cpu=cpu, serial_rows=cpu)
 
 
 class Program(Protocol):
@@ -29,6 +65,8 @@ class Runtime(Protocol):
 
     #: Human-readable device name (for error messages and ``devices()``).
     device_name: str
+    #: The kernel shapes this device wants (``RuntimeCapabilities``); set at creation.
+    capabilities: RuntimeCapabilities
 
     def allocate(self, nbytes: int) -> Any:
         """A device buffer of at least ``nbytes`` bytes (``nbytes`` > 0)."""

@@ -1,9 +1,10 @@
 """Kernel sources: one file per family in ``riftco.shaders``, assembled per dtype.
 
-Every runtime compiles the very same string: ``prelude.h``, then the type defines, then
-the family file. The prelude picks the Metal or OpenCL branch from the compiler's predefined
-macros, so the Metal backend, its OpenCL stand-in and the MSL syntax check all see one
-text.
+Every runtime compiles the very same string: ``prelude.h``, then the type defines and the
+numbers host and shaders share (``shader_defines.py``: the shaders use them, never define
+them), then the family file. The prelude picks the Metal or OpenCL branch from the
+compiler's predefined macros, so the Metal backend, its OpenCL stand-in and the MSL syntax
+check all see one text.
 
 Shared helpers live in headers (``shaders/*.h``) that a family file pulls in with a line
 ``#include "name.h"``. metalcompute compiles one source string with no include path, so
@@ -23,6 +24,7 @@ from importlib import resources
 import numpy as np
 
 from ..errors import KernelCompileError
+from .shader_defines import shader_defines
 
 #: C type of each riftco dtype inside kernels (OpenCL C and MSL spell these alike).
 C_TYPES: dict[np.dtype, str] = {
@@ -110,6 +112,7 @@ def _program_source(
     # NOTE: type macros come *after* the prelude: Apple's metal_stdlib (included by the
     # prelude) uses T as a template parameter name, which a prior #define T would break.
     types = [f"#define T {c_type(dtype)}", f"#define IDX {c_type(index_dtype)}"]
+    types += [f"#define {key} {value}" for key, value in shader_defines().items()]
     types += [f"#define {key} {value}" for key, value in defines]
     body = expand_includes(shader_text(f"{family}.cl"), f"{family}.cl")
     return "\n".join([*head, shader_text(_PRELUDE), *types, body])

@@ -4,7 +4,8 @@
 matmul, layout), ``fused/`` the optional ones (GELU, softmax, LayerNorm, embedding, cross
 entropy, both attentions, AdamW). Each module keeps everything riftco knows about its op:
 the typed protocol method and its semantics, the metadata checks, the composite fallback,
-the VJP, the tolerances and the conformance samples (see ``opunit.py``). The functions here
+the VJP and the tolerances (see ``opunit.py``); its conformance samples sit beside it in
+``_samples/``, loaded only when conformance or a test asks. The functions here
 validate, then dispatch to the operands' backend (``dispatch.py``); none builds a graph.
 
 A new op is one module in ``primitive/`` or ``fused/`` that calls ``register``: it is found
@@ -20,7 +21,7 @@ import sys
 from typing import Any
 
 from .. import tensor as _tensor
-from . import fused, primitive  # noqa: I001  (primitives first)
+from . import fused, primitive  # noqa: I001  (primitives register first: fused modules import them)
 from .checks import same_backend
 from .deferred import flush as flush_deferred
 from .dispatch import Out
@@ -64,7 +65,8 @@ from .primitive.unary import abs, exp, log, neg, rsqrt, sqrt, tanh
 
 
 def _discover() -> None:
-    """Import every op module of ``primitive/`` and ``fused/`` (each registers its units)."""
+    """Import every op module of ``primitive/`` and ``fused/`` (each registers its units):
+    the packages import those their ``MODULES`` list, this finds any other."""
     for package in (primitive, fused):
         for info in pkgutil.iter_modules(package.__path__):
             if not info.name.startswith("_"):

@@ -2,18 +2,26 @@
 
 Each op module under ``riftco.ops`` (``primitive/`` for the required protocol methods,
 ``fused/`` for the optional ones) declares its units next to the public function that
-validates and dispatches, the composite fallback, the VJP and the conformance samples.
+validates and dispatches, the composite fallback and the VJP.
 Dispatch, autograd, the conformance suite, ``riftco backends`` and the op table in
 docs/BACKENDS.md all read this one registry, so an op's facts cannot drift apart (the idea
 of PyTorch's OpInfo and of a JAX primitive's registered rules).
 
 The registry is filled by importing the op modules (``riftco.ops`` imports every module
 of its ``primitive`` and ``fused`` packages); :func:`register` adds a unit at runtime, for
-an op that lives outside riftco.
+an op that lives outside riftco, and gives each op's public function its protocol method's
+specification as docstring, so ``help(riftco.ops.layer_norm)`` says what the op does.
+
+A unit's conformance data (samples, error and domain samples) is test data: it lives in a
+sibling module, ``<package>/_samples/<module>.py``, that only conformance and the tests
+import (PyTorch keeps OpInfo's sample inputs in its testing code for the same reason), so
+``import riftco`` does not build it.
 """
 
 from __future__ import annotations
 
+import importlib
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -22,7 +30,7 @@ import numpy as np
 
 if TYPE_CHECKING:
     from ..tensor import Tensor
-    from .samples import ErrorSample, Example, Samples
+    from .samples import ErrorSample, Example, Samples, SampleSet
 
 Kind = Literal["memory", "primitive", "fused"]
 
@@ -71,6 +79,14 @@ class Tolerances:
 
 EXACT_TOLERANCES = Tolerances(exact=True, why="exact by definition")
 
+
+def rms(a: np.ndarray) -> float:
+    """Root mean square of the finite elements (0 when none): the magnitude a ``scale``
+    multiplies by the number of accumulated terms."""
+    finite = a[np.isfinite(a)]
+    return float(np.sqrt(np.mean(finite * finite))) if finite.size else 0.0
+
+
 #: ``(bytes moved, floating-point operations)`` of one call, for throughput reports.
 Cost = tuple[int, int]
 
@@ -85,10 +101,12 @@ class OpUnit:
       does not define the method; ``None`` for required methods.
     * ``vjp(g, args, outputs, needs)``: gradients for the positions in ``differentiable``
       (``None`` where ``needs`` is false), computed with raw ops only.
-    * ``samples`` / ``errors``: what conformance runs (ordinary, edge, nasty magnitudes)
-      and the malformed inputs that must raise before any backend call; ``domain``: bad
-      values (ids out of range) that must raise ``DomainError``, on a device possibly at
-      the next sync point.
+    * ``testing``: the conformance data, a :class:`~riftco.ops.samples.SampleSet` or the
+      name of the module whose ``SAMPLES[name]`` is one (imported on first use). Read it
+      as ``samples`` / ``errors`` (what conformance runs: ordinary, edge, nasty
+      magnitudes; the malformed inputs that must raise before any backend call) and
+      ``domain`` (bad values, ids out of range, that must raise ``DomainError``, on a
+      device possibly at the next sync point).
     * ``cost(args)``: bytes and flops of one call, for the throughput column.
     """
 
@@ -106,10 +124,9 @@ class OpUnit:
     vjp: Callable[..., tuple[Tensor | None, ...]] | None = None
     differentiable: tuple[int, ...] = ()
     tolerance: Tolerances = field(default_factory=Tolerances)
-    samples: Samples | None = None
-    errors: tuple[ErrorSample, ...] = ()
-    #: values outside the op's domain: a DomainError at the call or at the next sync point
-    domain: tuple[ErrorSample, ...] = ()
+    #: a SampleSet, or the module holding ``SAMPLES[name]``: a name keeps ``import riftco``
+    #: from building test data (see :func:`samples_module`)
+    testing: SampleSet | str | None = None
     cost: Callable[[list[Any]], Cost] | None = None
 
     @property
@@ -124,6 +141,32 @@ class OpUnit:
         end = text.find(". ")
         return text if end < 0 else text[: end + 1]
 
+    def sample_set(self) -> SampleSet | None:
+        """The unit's conformance data, importing its samples module the first time."""
+        data = self.testing
+        if isinstance(data, str):
+            found: dict[str, SampleSet] = importlib.import_module(data).SAMPLES
+            if self.name not in found:
+                raise KeyError(f"[ops] {data} has no SAMPLES entry for op unit {self.name!r}")
+            return found[self.name]
+        return data
+
+    @property
+    def samples(self) -> Samples | None:
+        data = self.sample_set()
+        return None if data is None else data.samples
+
+    @property
+    def errors(self) -> tuple[ErrorSample, ...]:
+        data = self.sample_set()
+        return () if data is None else data.errors
+
+    @property
+    def domain(self) -> tuple[ErrorSample, ...]:
+        """Values outside the op's domain: a DomainError at the call or at the next sync."""
+        data = self.sample_set()
+        return () if data is None else data.domain
+
     def is_native(self, backend: Any) -> bool:
         """True when ``backend``'s class defines this method (always for required ones)."""
         return callable(getattr(type(backend), self.name, None))
@@ -132,11 +175,35 @@ class OpUnit:
         return f"OpUnit({self.name!r}, {self.kind}, family={self.family!r})"
 
 
+def samples_module(module: str) -> str:
+    """Where the conformance data of op module ``module`` lives: ``a.b.name`` ->
+    ``a.b._samples.name``, one convention for every unit (pass ``__name__``)."""
+    package, _, name = module.rpartition(".")
+    return f"{package}._samples.{name}"
+
+
+def specification(unit: OpUnit) -> str:
+    """The docstring ``unit``'s public function carries: its own (if any), then the
+    protocol method's, which is where the op's semantics are written."""
+    assert unit.function is not None
+    own = inspect.cleandoc(unit.function.__doc__ or "")
+    spec = inspect.cleandoc(unit.method.__doc__ or "")
+    if not spec or spec in own:
+        return own
+    if not own:
+        return spec
+    return f"{own}\n\nSpecification (protocol method ``{unit.name}``):\n\n{spec}"
+
+
 _UNITS: dict[str, OpUnit] = {}
 
 
 def register(*units: OpUnit) -> None:
-    """Add units to the registry (op modules call this at import). Names are unique."""
+    """Add units to the registry (op modules call this at import). Names are unique.
+
+    Also gives each unit's public function its specification as docstring (see
+    :func:`specification`): the semantics are written once, on the protocol method, and
+    ``help()`` on the function a user calls finds them."""
     for unit in units:
         other = _UNITS.get(unit.name)
         if other is not None and other is not unit:
@@ -144,6 +211,11 @@ def register(*units: OpUnit) -> None:
                 f"[ops] two op units are named {unit.name!r} ({other.family}, {unit.family})"
             )
         _UNITS[unit.name] = unit
+        if unit.function is not None:
+            try:
+                unit.function.__doc__ = specification(unit)
+            except (AttributeError, TypeError):  # a builtin or a bound method: keep its own
+                pass
 
 
 def unit(name: str) -> OpUnit:

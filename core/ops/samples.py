@@ -1,5 +1,10 @@
 """How an op unit describes its conformance samples, without depending on a test library.
 
+Test data, not runtime: the units' samples live in ``primitive/_samples/`` and
+``fused/_samples/`` (one module per op module, same name), which conformance and the tests
+import through :meth:`OpUnit.sample_set`; ``import riftco`` loads neither them nor this
+module.
+
 A unit gives *edge* parameter sets (always run) and a ``draw(d)`` function that picks
 parameters through the small :class:`Draw` interface; the conformance suite implements
 ``Draw`` with hypothesis (reproducible, derandomised), so core stays free of it. ``build``
@@ -222,6 +227,16 @@ def error(name: str, op: str, run: Callable[[ErrorInputs], Any], *needs: str) ->
     return ErrorSample(name, op, run, frozenset(needs))
 
 
+@dataclass(frozen=True)
+class SampleSet:
+    """Everything conformance runs for one unit: numeric samples (``None`` for ops with no
+    outputs to compare), error samples and domain samples (bad values: ``DomainError``)."""
+
+    samples: Samples | None = None
+    errors: tuple[ErrorSample, ...] = ()
+    domain: tuple[ErrorSample, ...] = ()
+
+
 # -- value generators ----------------------------------------------------------------------------
 def normal(rng: np.random.Generator, shape: tuple[int, ...], scale: float = 1.0) -> np.ndarray:
     return rng.standard_normal(shape) * scale
@@ -251,8 +266,3 @@ def with_specials(x: np.ndarray, rng: np.random.Generator, *values: float) -> np
         picks[0] = True  # at least one special value per example
         flat[picks] = rng.choice(np.asarray(values, dtype=np.float64), size=int(picks.sum()))
     return out
-
-
-def rms(a: np.ndarray) -> float:
-    finite = a[np.isfinite(a)]
-    return float(np.sqrt(np.mean(finite * finite))) if finite.size else 0.0

@@ -1,4 +1,17 @@
-"""The optional fused protocol methods, one module per op (and its backward)."""
+"""The optional fused protocol methods, one module per op (and its backward).
 
-from . import gelu, softmax, layer_norm, embedding, cross_entropy  # noqa: F401,I001  (order)
-from . import attention, flash_attention, adam, linear  # noqa: F401,I001
+``MODULES`` is their protocol order, the order ``riftco backends``, conformance and the
+docs table list them in; importing the package registers them in it. ``riftco.ops`` still
+discovers a module missing from it (registered last), and ``tests/test_ops_lists.py``
+fails until it is listed.
+"""
+
+import importlib
+
+MODULES: tuple[str, ...] = (
+    "gelu", "softmax", "layer_norm", "embedding", "cross_entropy", "attention",
+    "flash_attention", "adam", "linear", "attention_qkv",
+)  # fmt: skip
+
+for _name in MODULES:
+    importlib.import_module(f"{__name__}.{_name}")

@@ -12,7 +12,7 @@ overflow) give finite results. ``attention_backward(dout, q, k, v, probs, scale)
 from __future__ import annotations
 
 import math
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -20,26 +20,17 @@ from ...errors import ShapeError
 from ...tensor import Tensor
 from .. import checks
 from ..dispatch import Out, dispatch
-from ..opunit import OpUnit, Tolerance, Tolerances, register
+from ..opunit import OpUnit, Tolerance, Tolerances, register, samples_module
 from ..primitive.binary import mul_scalar
 from ..primitive.matmul import matmul
 from ..primitive.memory import full_like, upload
 from ..primitive.select import where
-from ..samples import (
-    SMALL_SIZES,
-    Arr,
-    Ctx,
-    Draw,
-    Example,
-    Params,
-    Samples,
-    edges,
-    error,
-    label,
-    normal,
-    rng_of,
-)
-from .softmax import np_softmax, softmax, softmax_backward
+from .softmax import softmax, softmax_backward
+
+if TYPE_CHECKING:
+    from ..samples import Example
+
+_SAMPLES = samples_module(__name__)
 
 
 class AttentionMethods(Protocol):
@@ -54,6 +45,33 @@ class AttentionMethods(Protocol):
     ) -> tuple[Tensor, Tensor, Tensor]:
         """``(dq, dk, dv)`` from the saved probabilities (the mask is in them)."""
         ...
+
+
+#: How attention keeps what its backward needs: "materialized" saves the ``[B, H, T, T]``
+#: probabilities (this unit), "flash" only the ``[B, H, T]`` log-sum-exp and rebuilds them
+#: (``flash_attention``; ``attention_qkv``'s ``flash`` flag).
+MODES: tuple[str, ...] = ("materialized", "flash")
+
+
+def flash_mode(op: str, mode: str) -> bool:
+    """Whether ``mode`` asks for flash attention; the one check of a mode name, shared by
+    every attention entry point that takes one."""
+    if mode not in MODES:
+        raise ShapeError(f"[{op}] mode must be 'materialized' or 'flash'; got {mode!r}")
+    return mode == "flash"
+
+
+def head_dim(op: str, q: Tensor) -> int:
+    """D of ``q[B, H, T, D]``, checked before a default scale divides by its root."""
+    if q.ndim != 4 or q.shape[-1] == 0:
+        raise ShapeError(f"[{op}] q must be [B, H, T, D] with D >= 1; got {q.shape}")
+    return q.shape[-1]
+
+
+def default_scale(d: int) -> float:
+    """``1/sqrt(D)``: keeps the scores' variance near 1 whatever the head dim, the scale
+    every attention entry point uses when the caller gives none."""
+    return 1.0 / math.sqrt(d)
 
 
 def check_qkv(op: str, q: Tensor, k: Tensor, v: Tensor) -> None:
@@ -127,85 +145,9 @@ def _attention_vjp(g: Tensor, args: Any, outs: Any, needs: Any) -> tuple[Tensor,
     return attention_backward(g, q, k, v, outs[1], scale)
 
 
-# -- conformance samples (shared with flash attention) ---------------------------------------------
-def _e(lbl: str, b: int, h: int, t: int, d: int, causal: bool, **kw: Any) -> Params:
-    return {"label": lbl, "b": b, "h": h, "t": t, "d": d, "causal": causal, **kw}
-
-
-#: Lengths that span one, two and several tiles of any size from 16 to 128, both masks.
-_LENGTHS = (2, 31, 65, 129, 200)
-EDGES = edges(
-    _e("T=1", 1, 2, 1, 8, True),
-    _e("T=1, not causal", 2, 1, 1, 3, False),
-    *(_e(f"T={t}, D=5", 1, 1, t, 5, c) for t in _LENGTHS for c in (True, False)),
-    _e("D=1", 2, 1, 9, 1, True),
-    _e("D=33", 1, 2, 17, 33, False),
-    _e("scores ~300 (past exp overflow)", 1, 2, 40, 8, True, large=True),
-    _e("scores ~300, not causal", 1, 1, 70, 7, False, large=True),
-    _e("T=0", 1, 2, 0, 4, True),
-    _e("B=0", 0, 2, 5, 4, False),
-    _e("heads permuted from [B,T,H,D]", 2, 3, 13, 4, True, layout="permuted"),
-    _e("transposed", 1, 2, 6, 6, True, layout="transposed"),
-    _e("offset x[1:]", 1, 2, 9, 3, False, layout="offset"),
-    _e("rows x[..., :D]", 1, 1, 11, 6, True, layout="rows"),
-)
-
-
-BENCH = _e("bench", 1, 4, 256, 64, True)
-
-
-def draw(d: Draw) -> Params:
-    return {
-        "b": d.choice(SMALL_SIZES), "h": d.choice(SMALL_SIZES),
-        "d": d.choice((1, 3, 8, 16, 33)), "t": d.choice((1, 2, 3, 5, 17, 33, 64, 65, 100)),
-        "causal": d.boolean(), "layout": d.choice(("dense", "dense", "permuted", "sliced")),
-    }  # fmt: skip
-
-
-def np_scores(q: np.ndarray, k: np.ndarray, scale: float, causal: bool) -> np.ndarray:
-    s = scale * q @ np.swapaxes(k, -1, -2)
-    if causal:
-        t = s.shape[-1]
-        s = np.where(np.triu(np.ones((t, t), dtype=bool), 1), -np.inf, s)
-    return s
-
-
-def qkv(p: Params) -> tuple[np.ndarray, ...]:
-    rng = rng_of(p)
-    shape = (p["b"], p["h"], p["t"], p["d"])
-    q, k, v = (normal(rng, shape) for _ in range(3))
-    if p.get("large"):  # |scores| ~ 300: exp would overflow without the max subtraction
-        boost = 6.0 * np.sqrt(np.sqrt(p["d"]))
-        q, k = q * boost, k * boost
-    return q, k, v, normal(rng, shape)
-
-
-def score_max(q: np.ndarray, k: np.ndarray) -> float:
-    """The largest |score| of an example (0 when empty), recorded in its params."""
-    if not q.size:
-        return 0.0
-    return float(np.abs(q @ np.swapaxes(k, -1, -2)).max() / np.sqrt(q.shape[-1]))
-
-
 def score_scale(ex: Example) -> float:
     """Scores carry ulps of their own magnitude into every output: atol per unit of it."""
     return float(max(1.0, ex.params.get("score_max", 0.0) / 16.0))
-
-
-def _samples(backward: bool) -> Samples:
-    def build(p: Params, ctx: Ctx) -> Example:
-        q, k, v, do = qkv(p)
-        p = {**p, "score_max": score_max(q, k)}
-        scale = 1.0 / math.sqrt(p["d"])
-        lay = p["layout"]
-        args = [Arr(q, layout=lay), Arr(k, layout=lay), Arr(v, layout=lay)]
-        if not backward:
-            return Example(label(p), [*args, scale], {"causal": p["causal"]}, params=p)
-        qr, kr = (a.astype(ctx.dtype).astype(np.float64) for a in (q, k))
-        probs = np_softmax(np_scores(qr, kr, scale, p["causal"]))
-        return Example(label(p), [Arr(do, layout=lay), *args, Arr(probs), scale], params=p)
-
-    return Samples(build, EDGES, draw, bench=BENCH)
 
 
 def cost(args: list[Any]) -> tuple[int, int]:
@@ -226,24 +168,14 @@ _TOL_B = Tolerances(Tolerance(2e-4, 2e-4), Tolerance(1e-10, 1e-10), scale=score_
 ATTENTION = OpUnit(
     "attention", "fused", "attention", AttentionMethods.attention, function=attention,
     outputs=("out", "probs"), composite=attention_composite, vjp=_attention_vjp,
-    differentiable=(0, 1, 2), tolerance=_TOL, samples=_samples(False), cost=cost,
-    errors=(
-        error("attention_qkv_shapes", "attention",
-              lambda t: attention(t.f(1, 1, 4, 2), t.f(1, 1, 5, 2), t.f(1, 1, 4, 2), 1.0)),
-        error("attention_rank", "attention",
-              lambda t: attention(t.f(1, 4, 2), t.f(1, 4, 2), t.f(1, 4, 2), 1.0)),
-        error("attention_zero_head_dim", "attention",
-              lambda t: attention(t.f(1, 1, 4, 0), t.f(1, 1, 4, 0), t.f(1, 1, 4, 0), 1.0)),
-        error("attention_scale_tensor", "attention",
-              lambda t: attention(t.f(1, 1, 2, 2), t.f(1, 1, 2, 2), t.f(1, 1, 2, 2), t.f(1))),
-    ),
+    differentiable=(0, 1, 2), tolerance=_TOL, cost=cost,
+    testing=_SAMPLES,
 )  # fmt: skip
 ATTENTION_BACKWARD = OpUnit(
     "attention_backward", "fused", "attention", AttentionMethods.attention_backward,
     function=attention_backward, outputs=("dq", "dk", "dv"),
-    composite=attention_backward_composite, tolerance=_TOL_B, samples=_samples(True), cost=cost,
-    errors=(error("attention_backward_probs_shape", "attention_backward",
-                  lambda t: attention_backward(*(t.f(1, 1, 3, 2),) * 4, t.f(1, 1, 3, 2), 1.0)),),
+    composite=attention_backward_composite, tolerance=_TOL_B, cost=cost,
+    testing=_SAMPLES,
 )  # fmt: skip
 
 register(ATTENTION, ATTENTION_BACKWARD)

@@ -19,7 +19,6 @@ and copies around ``attention`` / ``flash_attention``.
 
 from __future__ import annotations
 
-import math
 from typing import Any, Protocol
 
 import numpy as np
@@ -28,14 +27,12 @@ from ...errors import DTypeError, ShapeError
 from ...tensor import Tensor
 from .. import checks
 from ..dispatch import Out, dispatch
-from ..opunit import OpUnit, Tolerance, Tolerances, register
+from ..opunit import OpUnit, Tolerance, Tolerances, register, samples_module
 from ..primitive.layout import concatenate_last_axis
-from ..samples import Arr, Ctx, Draw, Example, Params, Samples, edges, error, label
-from .attention import attention, attention_backward, np_scores, score_max, score_scale
-from .attention import qkv as per_head_inputs
-from .cross_entropy import np_lse
+from .attention import attention, attention_backward, score_scale
 from .flash_attention import flash_attention, flash_attention_backward
-from .softmax import np_softmax
+
+_SAMPLES = samples_module(__name__)
 
 
 class AttentionQKVMethods(Protocol):
@@ -183,94 +180,6 @@ def _vjp(g: Tensor, args: Any, outs: Any, needs: Any) -> tuple[Tensor]:
     return (attention_qkv_backward(g, x, out, stat, heads, scale, causal, flash),)
 
 
-# -- conformance samples ---------------------------------------------------------------------
-def _e(lbl: str, b: int, h: int, t: int, d: int, causal: bool, flash: bool, **kw: Any) -> Params:
-    return {"label": lbl, "b": b, "h": h, "t": t, "d": d, "causal": causal, "flash": flash, **kw}
-
-
-def _name(t: int, h: int, causal: bool, flash: bool) -> str:
-    return f"T={t}, {h} head{'s' * (h > 1)}, D=5{'' if causal else ', not causal'}" + (
-        ", flash" if flash else ""
-    )
-
-
-#: Lengths spanning one, two and several tiles of any size from 16 to 128; heads 1 to 3.
-_LENGTHS = (2, 31, 65, 129, 200)
-EDGES = edges(
-    _e("T=1", 1, 2, 1, 8, True, False),
-    _e("T=1, not causal, flash", 2, 1, 1, 3, False, True),
-    *(
-        _e(_name(t, 1 + (i + j) % 3, c, f), 1, 1 + (i + j) % 3, t, 5, c, f)
-        for i, t in enumerate(_LENGTHS)
-        for j, (c, f) in enumerate(((True, False), (False, False), (True, True), (False, True)))
-    ),
-    _e("D=1, 3 heads", 2, 3, 9, 1, True, False),
-    # head blocks wide enough for tiled products (kernel backends read and write them in place)
-    _e("D=16, 3 heads, T=65", 2, 3, 65, 16, True, False),
-    _e("D=72, 2 heads, T=129, not causal", 1, 2, 129, 72, False, False),
-    _e("D=33, flash", 1, 2, 17, 33, False, True),
-    _e("scores ~300 (past exp overflow)", 1, 2, 40, 7, True, False, large=True),
-    _e("scores ~300, flash, not causal", 1, 3, 70, 7, False, True, large=True),
-    _e("T=0", 1, 2, 0, 4, True, False),
-    _e("T=0, flash", 2, 2, 0, 3, True, True),
-    _e("B=0", 0, 2, 5, 4, False, False),
-    _e("B=0, flash", 0, 3, 5, 3, True, True),
-    _e("qkv a column slice of a wider buffer", 2, 3, 13, 3, True, False, layout="rows"),
-    _e("qkv rows padded, flash", 2, 2, 33, 5, True, True, layout="rows"),
-    _e("qkv offset x[1:]", 1, 2, 9, 3, False, False, layout="offset"),
-    _e("qkv offset, flash", 2, 3, 10, 3, True, True, layout="offset"),
-    _e("qkv last axis strided", 1, 2, 11, 6, True, False, layout="sliced"),
-    _e("qkv [B, 3C, T] transposed, flash", 2, 2, 7, 3, True, True, layout="transposed"),
-    _e("qkv repeated over B (stride 0)", 3, 2, 6, 5, False, True, layout="broadcast"),
-)
-
-BENCH = _e("bench", 1, 4, 256, 64, True, False)
-
-
-def _draw(d: Draw) -> Params:
-    return {
-        "b": d.choice((1, 2, 3)), "h": d.choice((1, 2, 3, 4)), "d": d.choice((1, 3, 8, 16, 33)),
-        "t": d.choice((1, 2, 3, 5, 17, 33, 64, 65, 100)), "causal": d.boolean(),
-        "flash": d.boolean(),
-        "layout": d.choice(("dense", "dense", "rows", "offset", "sliced", "transposed")),
-    }  # fmt: skip
-
-
-def np_merge_heads(x: np.ndarray) -> np.ndarray:
-    """Host ``[B, H, T, D]`` -> ``[B, T, H * D]``."""
-    b, h, t, d = x.shape
-    return np.ascontiguousarray(np.swapaxes(x, 1, 2)).reshape(b, t, h * d)
-
-
-def _samples(backward: bool) -> Samples:
-    def build(p: Params, ctx: Ctx) -> Example:
-        q, k, v, do = per_head_inputs(p)  # [B, H, T, D] each; "large" boosts q and k
-        lay = p["layout"]
-        fused = Arr(np.concatenate([np_merge_heads(a) for a in (q, k, v)], axis=-1), layout=lay)
-        c, h = p["h"] * p["d"], p["h"]
-        shape = (p["b"], p["t"], h, p["d"])
-        # the values the backend will see (a broadcast layout repeats the first batch row)
-        qh, kh, vh = (
-            np.swapaxes(fused.value[..., i * c : (i + 1) * c].reshape(shape), 1, 2)
-            for i in range(3)
-        )
-        p = {**p, "score_max": score_max(qh, kh)}
-        scale = 1.0 / math.sqrt(p["d"])
-        kwargs = {"causal": p["causal"], "flash": p["flash"]}
-        if not backward:
-            return Example(label(p), [fused, h, scale], kwargs, params=p)
-        qr, kr, vr = (a.astype(ctx.dtype).astype(np.float64) for a in (qh, kh, vh))
-        s = np_scores(qr, kr, scale, p["causal"])
-        probs = np_softmax(s)
-        stat = np_lse(s) if p["flash"] else probs
-        out_lay = "dense" if lay == "broadcast" else lay  # out must stay the forward's
-        args = [Arr(np_merge_heads(do), layout=lay), fused,
-                Arr(np_merge_heads(probs @ vr), layout=out_lay), Arr(stat), h, scale]  # fmt: skip
-        return Example(label(p), args, kwargs, params=p)
-
-    return Samples(build, EDGES, _draw, bench=BENCH)
-
-
 def _cost(args: list[Any]) -> tuple[int, int]:
     """Reads qkv, writes out and the statistic (probs at most); two products of B H T T D."""
     x, h = args[0], args[1]
@@ -305,35 +214,14 @@ _TOL_B = Tolerances(
 ATTENTION_QKV = OpUnit(
     "attention_qkv", "fused", "attention_qkv", AttentionQKVMethods.attention_qkv,
     function=attention_qkv, outputs=("out", "stat"), composite=attention_qkv_composite,
-    vjp=_vjp, differentiable=(0,), tolerance=_TOL, samples=_samples(False), cost=_cost,
-    errors=(
-        error("attention_qkv_rank", "attention_qkv",
-              lambda t: attention_qkv(t.f(1, 2, 4, 6), 2, 1.0)),
-        error("attention_qkv_width", "attention_qkv",
-              lambda t: attention_qkv(t.f(1, 4, 10), 2, 1.0)),
-        error("attention_qkv_zero_width", "attention_qkv",
-              lambda t: attention_qkv(t.f(1, 4, 0), 1, 1.0)),
-        error("attention_qkv_zero_heads", "attention_qkv",
-              lambda t: attention_qkv(t.f(1, 4, 6), 0, 1.0)),
-        error("attention_qkv_heads_float", "attention_qkv",
-              lambda t: attention_qkv(t.f(1, 4, 6), 2.0, 1.0)),  # type: ignore[arg-type]
-        error("attention_qkv_scale_tensor", "attention_qkv",
-              lambda t: attention_qkv(t.f(1, 4, 6), 1, t.f(1))),
-    ),
+    vjp=_vjp, differentiable=(0,), tolerance=_TOL, cost=_cost,
+    testing=_SAMPLES,
 )  # fmt: skip
 ATTENTION_QKV_BACKWARD = OpUnit(
     "attention_qkv_backward", "fused", "attention_qkv", AttentionQKVMethods.attention_qkv_backward,
     function=attention_qkv_backward, outputs=("dqkv",),
-    composite=attention_qkv_backward_composite, tolerance=_TOL_B, samples=_samples(True),
-    cost=_cost_backward,
-    errors=(
-        error("attention_qkv_bwd_dout", "attention_qkv_backward",
-              lambda t: attention_qkv_backward(t.f(1, 3, 6), t.f(1, 3, 6), t.f(1, 3, 2),
-                                               t.f(1, 1, 3, 3), 1, 1.0)),
-        error("attention_qkv_bwd_lse", "attention_qkv_backward",
-              lambda t: attention_qkv_backward(t.f(1, 3, 2), t.f(1, 3, 6), t.f(1, 3, 2),
-                                               t.f(1, 1, 3, 3), 1, 1.0, True, True)),
-    ),
+    composite=attention_qkv_backward_composite, tolerance=_TOL_B, cost=_cost_backward,
+    testing=_SAMPLES,
 )  # fmt: skip
 
 register(ATTENTION_QKV, ATTENTION_QKV_BACKWARD)

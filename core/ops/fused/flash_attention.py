@@ -10,36 +10,21 @@ rebuilds ``P = exp(scale q kᵀ - lse)`` tile by tile. Shapes and masking as ``a
 
 from __future__ import annotations
 
-import math
 from typing import Any, Protocol
-
-import numpy as np
 
 from ...tensor import Tensor
 from .. import checks
 from ..dispatch import Out, dispatch
-from ..opunit import OpUnit, Tolerance, Tolerances, register
+from ..opunit import OpUnit, Tolerance, Tolerances, register, samples_module
 from ..primitive.binary import add, div, sub
 from ..primitive.matmul import matmul
 from ..primitive.memory import full_like
 from ..primitive.reduce import max, sum
 from ..primitive.unary import exp, log
-from ..samples import Arr, Ctx, Example, Params, Samples, error, label
-from .attention import (
-    BENCH,
-    EDGES,
-    attention_backward_composite,
-    check_qkv,
-    cost,
-    draw,
-    np_scores,
-    qkv,
-    score_max,
-    score_scale,
-    scores,
-)
-from .cross_entropy import np_lse
-from .softmax import along_rows, np_softmax
+from .attention import attention_backward_composite, check_qkv, cost, score_scale, scores
+from .softmax import along_rows
+
+_SAMPLES = samples_module(__name__)
 
 
 class FlashAttentionMethods(Protocol):
@@ -134,25 +119,6 @@ def _flash_vjp(g: Tensor, args: Any, outs: Any, needs: Any) -> tuple[Tensor, ...
     return flash_attention_backward(g, q, k, v, out, lse, scale, causal)
 
 
-# -- conformance samples ---------------------------------------------------------------------------
-def _samples(backward: bool) -> Samples:
-    def build(p: Params, ctx: Ctx) -> Example:
-        q, k, v, do = qkv(p)
-        p = {**p, "score_max": score_max(q, k)}
-        scale = 1.0 / math.sqrt(p["d"])
-        lay = p["layout"]
-        args = [Arr(q, layout=lay), Arr(k, layout=lay), Arr(v, layout=lay)]
-        if not backward:
-            return Example(label(p), [*args, scale], {"causal": p["causal"]}, params=p)
-        qr, kr, vr = (a.astype(ctx.dtype).astype(np.float64) for a in (q, k, v))
-        s = np_scores(qr, kr, scale, p["causal"])
-        out, lse = np_softmax(s) @ vr, np_lse(s)
-        grads = [Arr(do, layout=lay), *args, Arr(out), Arr(lse), scale]
-        return Example(label(p), grads, {"causal": p["causal"]}, params=p)
-
-    return Samples(build, EDGES, draw, bench=BENCH)
-
-
 _TOL = Tolerances(
     Tolerance(1e-4, 1e-4),
     Tolerance(1e-10, 1e-10),
@@ -165,21 +131,15 @@ _TOL_B = Tolerances(Tolerance(2e-4, 2e-4), Tolerance(1e-10, 1e-10), scale=score_
 FLASH_ATTENTION = OpUnit(
     "flash_attention", "fused", "flash_attention", FlashAttentionMethods.flash_attention,
     function=flash_attention, outputs=("out", "lse"), composite=flash_attention_composite,
-    vjp=_flash_vjp, differentiable=(0, 1, 2), tolerance=_TOL, samples=_samples(False), cost=cost,
-    errors=(
-        error("flash_attention_qkv_shapes", "flash_attention",
-              lambda t: flash_attention(t.f(1, 1, 4, 2), t.f(1, 1, 4, 3), t.f(1, 1, 4, 2), 1.0)),
-        error("flash_attention_zero_head_dim", "flash_attention",
-              lambda t: flash_attention(t.f(1, 1, 4, 0), t.f(1, 1, 4, 0), t.f(1, 1, 4, 0), 1.0)),
-    ),
+    vjp=_flash_vjp, differentiable=(0, 1, 2), tolerance=_TOL, cost=cost,
+    testing=_SAMPLES,
 )  # fmt: skip
 FLASH_ATTENTION_BACKWARD = OpUnit(
     "flash_attention_backward", "fused", "flash_attention",
     FlashAttentionMethods.flash_attention_backward, function=flash_attention_backward,
     outputs=("dq", "dk", "dv"), composite=flash_attention_backward_composite, tolerance=_TOL_B,
-    samples=_samples(True), cost=cost,
-    errors=(error("flash_backward_lse_shape", "flash_attention_backward",
-                  lambda t: flash_attention_backward(*(t.f(1, 1, 3, 2),) * 5, t.f(1, 3), 1.0)),),
+    cost=cost,
+    testing=_SAMPLES,
 )  # fmt: skip
 
 register(FLASH_ATTENTION, FLASH_ATTENTION_BACKWARD)

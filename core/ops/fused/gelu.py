@@ -18,28 +18,15 @@ from ...errors import ShapeError
 from ...tensor import Tensor
 from .. import checks
 from ..dispatch import Out, dispatch
-from ..opunit import OpUnit, Tolerance, Tolerances, register
+from ..opunit import OpUnit, Tolerance, Tolerances, register, samples_module
 from ..primitive.binary import add, add_scalar, maximum, minimum, mul, mul_scalar, pow_scalar, sub
 from ..primitive.memory import full_like
 from ..primitive.select import compare, where
 from ..primitive.unary import abs, exp, neg
-from ..samples import (
-    Arr,
-    Ctx,
-    Draw,
-    Example,
-    Params,
-    Samples,
-    edges,
-    error,
-    label,
-    normal,
-    rng_of,
-    with_specials,
-)
 
 APPROXIMATIONS: tuple[str, ...] = ("tanh", "none")
 _K = math.sqrt(2.0 / math.pi)
+_SAMPLES = samples_module(__name__)
 
 
 class GeluMethods(Protocol):
@@ -158,41 +145,6 @@ def _gelu_vjp(g: Tensor, args: Any, y: Tensor, needs: Any) -> tuple[Tensor]:
     return (gelu_backward(g, x, approximate),)
 
 
-# -- conformance samples ---------------------------------------------------------------------------
-ROW_EDGES = edges(
-    {"label": "long row (4097)", "shape": (2, 4097)},
-    {"label": "size-1 axes", "shape": (1, 1, 1)},
-    {"label": "odd sizes", "shape": (3, 5, 67)},
-    {"label": "empty", "shape": (0, 7)},
-    {"label": "0-d", "shape": ()},  # the cpu reference's exact form once failed here
-    {"label": "transposed", "shape": (9, 33), "layout": "transposed"},
-    {"label": "offset x[1:]", "shape": (5, 9), "layout": "offset"},
-    {"label": "rows x[:, :k]", "shape": (4, 17), "layout": "rows"},
-    {"label": "large |x| (up to 1e4)", "shape": (3, 40), "large": True},
-    {"label": "NaN", "shape": (3, 21), "special": True},
-)
-
-
-def _samples(backward: bool) -> Samples:
-    def build(p: Params, ctx: Ctx) -> Example:
-        rng = rng_of(p)
-        x = normal(rng, p["shape"], 2.0)
-        if p.get("large"):
-            x = np.sign(x) * np.exp(rng.uniform(0.0, np.log(1e4), p["shape"]))
-        if p.get("special"):
-            x = with_specials(x, rng, np.nan)
-        args = [Arr(x, layout=p["layout"])]
-        if backward:
-            args.insert(0, Arr(normal(rng, p["shape"]), layout=p["layout"]))
-        return Example(label(p), args, {"approximate": p["approximate"]}, params=p)
-
-    def draw(d: Draw) -> Params:
-        return {"shape": d.shape(), "approximate": d.choice(APPROXIMATIONS)}
-
-    e = tuple({**edge, "approximate": a} for edge in ROW_EDGES for a in APPROXIMATIONS)
-    return Samples(build, e, draw, bench={"shape": (1024, 1024), "approximate": "tanh"})
-
-
 def _cost(n_in: int) -> Any:
     return lambda args: ((n_in + 1) * args[-2 if n_in > 1 else 0].nbytes, 20 * args[0].size)
 
@@ -204,9 +156,8 @@ GELU = OpUnit(
     # tanh/erf are a few ulp; the float64 composite's erf is float64-grade
     tolerance=Tolerances(Tolerance(2e-6, 1e-5), Tolerance(1e-13, 1e-12),
                          why="tanh/erf are a few ulp"),
-    samples=_samples(False), cost=_cost(1),
-    errors=(error("gelu_bad_approximate", "gelu", lambda t: gelu(t.f(3), "exact")),
-            error("gelu_index_dtype", "gelu", lambda t: gelu(t.i(3)), "index")),
+    cost=_cost(1),
+    testing=_SAMPLES,
 )  # fmt: skip
 GELU_BACKWARD = OpUnit(
     "gelu_backward", "fused", "gelu", GeluMethods.gelu_backward, function=gelu_backward,
@@ -214,11 +165,8 @@ GELU_BACKWARD = OpUnit(
     # for large |x| it cancels (1 + tanh) and (1 - tanh^2), then scales by x * dy
     tolerance=Tolerances(Tolerance(2e-5, 2e-5), Tolerance(1e-12, 1e-11),
                          why="(1 + tanh) and (1 - tanh^2) cancel for large |x|"),
-    samples=_samples(True), cost=_cost(2),
-    errors=(error("gelu_backward_shapes", "gelu_backward",
-                  lambda t: gelu_backward(t.f(2, 3), t.f(3, 2))),
-            error("gelu_backward_mixed_devices", "gelu_backward",
-                  lambda t: gelu_backward(t.f(3), t.other_device(3)))),
+    cost=_cost(2),
+    testing=_SAMPLES,
 )  # fmt: skip
 
 register(GELU, GELU_BACKWARD)

@@ -11,34 +11,21 @@ empty ``y`` and ``dx``, zero ``dweight`` and ``dbias``.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ...errors import ShapeError
 from ...tensor import Tensor
 from .. import checks
 from ..dispatch import Out, dispatch
-from ..opunit import OpUnit, Tolerance, Tolerances, register
+from ..opunit import OpUnit, Tolerance, Tolerances, register, rms, samples_module
 from ..primitive.binary import add
 from ..primitive.matmul import matmul
 from ..primitive.reduce import sum
-from ..samples import (
-    SIZES,
-    Arr,
-    Ctx,
-    Draw,
-    Example,
-    Params,
-    Samples,
-    edges,
-    error,
-    label,
-    normal,
-    rms,
-    rng_of,
-    with_specials,
-)
+
+if TYPE_CHECKING:
+    from ..samples import Example
+
+_SAMPLES = samples_module(__name__)
 
 
 class LinearMethods(Protocol):
@@ -95,47 +82,6 @@ def _linear_vjp(g: Tensor, args: Any, y: Tensor, needs: Any) -> tuple[Tensor | N
     return linear_backward(g, x, weight)
 
 
-# -- conformance samples -----------------------------------------------------------------------
-def _e(lbl: str, m: int, k: int, n: int, **kw: Any) -> Params:
-    return {"label": lbl, "m": m, "k": k, "n": n, **kw}
-
-
-EDGES = edges(
-    _e("1x1x1", 1, 1, 1),
-    _e("odd sizes", 33, 67, 5),
-    _e("GPT qkv shape", 64, 32, 96),
-    _e("past a 64-tile", 130, 70, 129),
-    _e("K = 0 (y = bias)", 3, 0, 4),
-    _e("M = 0", 0, 5, 4),
-    _e("many rows (column sums)", 4097, 3, 2),
-    _e("x transposed", 9, 17, 3, layout="transposed"),
-    _e("x offset x[1:]", 6, 9, 5, layout="offset"),
-    _e("x rows x[:, :k]", 7, 6, 11, layout="rows"),
-    _e("NaN and inf in x", 6, 5, 4, special=True),
-)
-
-
-def _draw(d: Draw) -> Params:
-    return {"m": d.choice(SIZES), "k": d.choice(SIZES), "n": d.choice(SIZES)}
-
-
-def _samples(backward: bool) -> Samples:
-    def build(p: Params, ctx: Ctx) -> Example:
-        rng = rng_of(p)
-        x = normal(rng, (p["m"], p["k"]))
-        if p.get("special"):
-            x = with_specials(x, rng, np.nan, np.inf)
-        w, b = normal(rng, (p["k"], p["n"])), normal(rng, (p["n"],))
-        xa, wa = Arr(x, layout=p["layout"]), Arr(w, layout=p.get("layout_w", "dense"))
-        if backward:
-            dy = Arr(normal(rng, (p["m"], p["n"])), layout=p["layout"])
-            return Example(label(p), [dy, xa, wa], params=p)
-        return Example(label(p), [xa, wa, Arr(b)], params=p)
-
-    bench = _e("bench", 1024, 512, 512)
-    return Samples(build, EDGES, _draw, layouts=("dense", "transposed", "offset"), bench=bench)
-
-
 def _scale(ex: Example) -> float:
     """Every output is a sum over K (y, dx's N), or over the M rows (dweight, dbias)."""
     arrays = [a.value for a in ex.arrays()]
@@ -162,20 +108,14 @@ _TOL = Tolerances(Tolerance(1e-6, 1e-5), Tolerance(1e-14, 1e-12), scale=_scale,
 LINEAR = OpUnit(
     "linear", "fused", "linear", LinearMethods.linear, function=linear,
     composite=linear_composite, vjp=_linear_vjp, differentiable=(0, 1, 2), tolerance=_TOL,
-    samples=_samples(False), cost=_cost,
-    errors=(
-        error("linear_inner_dims", "linear", lambda t: linear(t.f(2, 3), t.f(4, 5), t.f(5))),
-        error("linear_bias_shape", "linear", lambda t: linear(t.f(2, 3), t.f(3, 5), t.f(4))),
-        error("linear_rank", "linear", lambda t: linear(t.f(2, 2, 3), t.f(3, 5), t.f(5))),
-    ),
+    cost=_cost,
+    testing=_SAMPLES,
 )  # fmt: skip
 LINEAR_BACKWARD = OpUnit(
     "linear_backward", "fused", "linear", LinearMethods.linear_backward,
     function=linear_backward, outputs=("dx", "dweight", "dbias"),
-    composite=linear_backward_composite, tolerance=_TOL, samples=_samples(True),
-    cost=_cost_backward,
-    errors=(error("linear_backward_dy_shape", "linear_backward",
-                  lambda t: linear_backward(t.f(2, 4), t.f(2, 3), t.f(3, 5))),),
+    composite=linear_backward_composite, tolerance=_TOL, cost=_cost_backward,
+    testing=_SAMPLES,
 )  # fmt: skip
 
 register(LINEAR, LINEAR_BACKWARD)

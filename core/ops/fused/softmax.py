@@ -10,17 +10,16 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-import numpy as np
-
 from ...tensor import Tensor
 from .. import checks
 from ..dispatch import Out, dispatch
-from ..opunit import OpUnit, Tolerance, Tolerances, register
+from ..opunit import OpUnit, Tolerance, Tolerances, register, samples_module
 from ..primitive.binary import div, mul, sub
 from ..primitive.memory import full_like
 from ..primitive.reduce import max, sum
 from ..primitive.unary import exp
-from ..samples import Arr, Ctx, Draw, Example, Params, Samples, edges, error, label, normal, rng_of
+
+_SAMPLES = samples_module(__name__)
 
 
 class SoftmaxMethods(Protocol):
@@ -73,63 +72,6 @@ def _softmax_vjp(g: Tensor, args: Any, y: Tensor, needs: Any) -> tuple[Tensor]:
     return (softmax_backward(g, y),)
 
 
-# -- conformance samples ---------------------------------------------------------------------------
-def softmax_input(p: Params) -> np.ndarray:
-    rng = rng_of(p)
-    x = normal(rng, p["shape"], 3.0)
-    if p.get("large"):  # far past float32's exp overflow (88.7): needs the max subtraction
-        x = rng.uniform(-1e4, 1e4, p["shape"])
-    if p.get("neg_inf") and x.shape[-1] > 1:
-        x[..., 1::2] = -np.inf  # every row keeps its first entry finite
-    if p.get("all_inf_row"):
-        x.reshape(-1, x.shape[-1])[0] = -np.inf  # softmax of an all -inf row is NaN
-    if p.get("nan_row"):
-        x.reshape(-1, x.shape[-1])[1, 2] = np.nan
-    return x
-
-
-EDGES = edges(
-    {"label": "long row (4097)", "shape": (2, 4097)},
-    {"label": "size-1 axes", "shape": (1, 1, 1)},
-    {"label": "T=1", "shape": (1, 1, 33)},
-    {"label": "odd sizes", "shape": (3, 5, 67)},
-    {"label": "transposed", "shape": (9, 33), "layout": "transposed"},
-    {"label": "broadcast", "shape": (4, 17), "layout": "broadcast"},
-    {"label": "sliced", "shape": (3, 65), "layout": "sliced"},
-    {"label": "offset x[1:]", "shape": (4, 9), "layout": "offset"},
-    {"label": "rows x[:, :k]", "shape": (5, 12), "layout": "rows"},
-    {"label": "logits +-1e4 (past exp overflow)", "shape": (4, 100), "large": True},
-    {"label": "rows with -inf", "shape": (5, 33), "neg_inf": True},
-    {"label": "width 1", "shape": (6, 1)},
-    {"label": "empty rows", "shape": (0, 5)},
-    {"label": "empty last axis", "shape": (3, 0)},
-    {"label": "a NaN makes its row NaN", "shape": (3, 6), "nan_row": True},
-)
-
-
-def _draw(d: Draw) -> Params:
-    return {"shape": d.shape(), "large": d.boolean() and d.boolean()}
-
-
-def _build(p: Params, ctx: Ctx) -> Example:
-    return Example(label(p), [Arr(softmax_input(p), layout=p["layout"])], params=p)
-
-
-def np_softmax(x: np.ndarray) -> np.ndarray:
-    """Host float64 softmax, for the saved outputs backward samples need."""
-    with np.errstate(invalid="ignore"):
-        if x.shape[-1] == 0:
-            return x.copy()
-        e = np.exp(x - x.max(axis=-1, keepdims=True))
-        return e / e.sum(axis=-1, keepdims=True)
-
-
-def _build_backward(p: Params, ctx: Ctx) -> Example:
-    y = np_softmax(softmax_input(p).astype(ctx.dtype).astype(np.float64))
-    dy = normal(np.random.default_rng(p["seed"] + 1), p["shape"])
-    return Example(label(p), [Arr(dy, layout=p["layout"]), Arr(y, layout=p["layout"])], params=p)
-
-
 def _cost(n: int) -> Any:
     return lambda args: ((n + 1) * args[0].nbytes, 5 * args[0].size)
 
@@ -140,21 +82,16 @@ SOFTMAX = OpUnit(
     nan="a NaN makes its row NaN; an all -inf row gives NaN",
     tolerance=Tolerances(Tolerance(1e-6, 2e-5), Tolerance(1e-12, 1e-10),
                          why="exp ulps plus a row sum of up to 4097 terms"),
-    samples=Samples(_build, EDGES + edges(
-        {"label": "all -inf row gives NaN", "shape": (3, 7), "all_inf_row": True}), _draw,
-        bench={"shape": (1024, 1024)}),
     cost=_cost(1),
-    errors=(error("softmax_0d", "softmax", lambda t: softmax(t.f())),
-            error("softmax_index_dtype", "softmax", lambda t: softmax(t.i(3)), "index")),
+    testing=_SAMPLES,
 )  # fmt: skip
 SOFTMAX_BACKWARD = OpUnit(
     "softmax_backward", "fused", "softmax", SoftmaxMethods.softmax_backward,
     function=softmax_backward, composite=softmax_backward_composite,
     tolerance=Tolerances(Tolerance(1e-5, 1e-4), Tolerance(1e-11, 1e-10),
                          why="a row sum of dy * y, then a difference"),
-    samples=Samples(_build_backward, EDGES, _draw, bench={"shape": (1024, 1024)}), cost=_cost(2),
-    errors=(error("softmax_backward_shapes", "softmax_backward",
-                  lambda t: softmax_backward(t.f(2, 3), t.f(2, 4))),),
+    cost=_cost(2),
+    testing=_SAMPLES,
 )  # fmt: skip
 
 register(SOFTMAX, SOFTMAX_BACKWARD)

@@ -16,21 +16,9 @@ from ...errors import DTypeError, ShapeError
 from ...tensor import Tensor
 from .. import checks
 from ..dispatch import Out, dispatch
-from ..opunit import EXACT_TOLERANCES, OpUnit, register
-from ..samples import (
-    SIZES,
-    Arr,
-    Ctx,
-    Draw,
-    Example,
-    Params,
-    Samples,
-    edges,
-    error,
-    label,
-    normal,
-    rng_of,
-)
+from ..opunit import EXACT_TOLERANCES, OpUnit, register, samples_module
+
+_SAMPLES = samples_module(__name__)
 
 
 class LayoutMethods(Protocol):
@@ -82,43 +70,6 @@ def _concat_vjp(g: Tensor, args: Any, y: Tensor, needs: Any) -> tuple[Tensor, ..
     return tuple(split_last_axis(g, [x.shape[-1] for x in args[0]]))
 
 
-# -- conformance samples ---------------------------------------------------------------------------
-def _build_concat(p: Params, ctx: Ctx) -> Example:
-    rng = rng_of(p)
-    pieces = [Arr(normal(rng, p["lead"] + (w,)), layout=p["layout"]) for w in p["widths"]]
-    return Example(label(p), [pieces], params=p)
-
-
-def _draw_concat(d: Draw) -> Params:
-    return {"lead": d.shape(0, 2), "widths": [d.choice(SIZES) for _ in range(d.integer(1, 4))]}
-
-
-_CONCAT_EDGES = edges(
-    {"label": "width-1 pieces", "lead": (3,), "widths": [1, 1, 1]},
-    {"label": "odd widths, transposed", "lead": (5,), "widths": [7, 33, 2], "layout": "transposed"},
-    {"label": "one piece", "lead": (2, 3), "widths": [65]},
-    {"label": "offset pieces", "lead": (4,), "widths": [3, 5], "layout": "offset"},
-    {"label": "rank 1", "lead": (), "widths": [4, 9]},
-)
-
-
-def _build_split(p: Params, ctx: Ctx) -> Example:
-    x = normal(rng_of(p), p["lead"] + (sum(p["sizes"]),))
-    return Example(label(p), [Arr(x, layout=p["layout"]), list(p["sizes"])], params=p)
-
-
-def _draw_split(d: Draw) -> Params:
-    return {"lead": d.shape(0, 2), "sizes": [d.choice(SIZES) for _ in range(d.integer(1, 4))]}
-
-
-_SPLIT_EDGES = edges(
-    {"label": "width-1 pieces", "lead": (3,), "sizes": [1, 1, 1]},
-    {"label": "odd widths, sliced", "lead": (5,), "sizes": [7, 33, 2], "layout": "sliced"},
-    {"label": "one piece", "lead": (2, 3), "sizes": [65]},
-    {"label": "offset", "lead": (4,), "sizes": [3, 5], "layout": "offset"},
-)
-
-
 def _cost(args: list[Any]) -> tuple[int, int]:
     xs = args[0] if isinstance(args[0], list) else [args[0]]
     return (2 * builtins.sum(x.nbytes for x in xs), 0)
@@ -127,28 +78,12 @@ def _cost(args: list[Any]) -> tuple[int, int]:
 CONCATENATE = OpUnit(
     "concatenate_last_axis", "primitive", "layout", LayoutMethods.concatenate_last_axis,
     function=concatenate_last_axis, vjp=_concat_vjp, differentiable=(0,),
-    tolerance=EXACT_TOLERANCES, samples=Samples(_build_concat, _CONCAT_EDGES, _draw_concat,
-                    bench={"lead": (512,), "widths": [512, 512]}),
-    cost=_cost,
-    errors=(
-        error("concatenate_leading", "concatenate_last_axis",
-              lambda t: concatenate_last_axis([t.f(2, 3), t.f(3, 3)])),
-        error("concatenate_empty_list", "concatenate_last_axis",
-              lambda t: concatenate_last_axis([])),
-        error("concatenate_mixed_devices", "concatenate_last_axis",
-              lambda t: concatenate_last_axis([t.f(2, 3), t.other_device(2, 3)])),
-    ),
+    tolerance=EXACT_TOLERANCES, cost=_cost, testing=_SAMPLES,
 )  # fmt: skip
 SPLIT = OpUnit(
     "split_last_axis", "primitive", "layout", LayoutMethods.split_last_axis,
-    function=split_last_axis, outputs=("pieces",), tolerance=EXACT_TOLERANCES,
-    samples=Samples(_build_split, _SPLIT_EDGES, _draw_split,
-                    bench={"lead": (512,), "sizes": [512, 512]}), cost=_cost,
-    errors=(
-        error("split_sizes", "split_last_axis", lambda t: split_last_axis(t.f(2, 5), [2, 2])),
-        error("split_zero_width", "split_last_axis",
-              lambda t: split_last_axis(t.f(2, 5), [5, 0])),
-    ),
+    function=split_last_axis, outputs=("pieces",), tolerance=EXACT_TOLERANCES, cost=_cost,
+    testing=_SAMPLES,
 )  # fmt: skip
 
 register(CONCATENATE, SPLIT)

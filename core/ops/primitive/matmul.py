@@ -9,7 +9,7 @@ gives zeros.
 from __future__ import annotations
 
 import builtins
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -17,26 +17,13 @@ from ...errors import ShapeError
 from ...tensor import Tensor
 from .. import checks
 from ..dispatch import Out, dispatch
-from ..opunit import OpUnit, Tolerance, Tolerances, register
-from ..samples import (
-    SIZES,
-    SMALL_SIZES,
-    Arr,
-    Ctx,
-    Draw,
-    Example,
-    Params,
-    Samples,
-    edges,
-    error,
-    label,
-    normal,
-    rms,
-    rng_of,
-    with_specials,
-)
+from ..opunit import OpUnit, Tolerance, Tolerances, register, rms, samples_module
+
+if TYPE_CHECKING:
+    from ..samples import Example
 
 FLOATS = checks.FLOATS
+_SAMPLES = samples_module(__name__)
 
 
 class MatmulMethods(Protocol):
@@ -102,49 +89,6 @@ def _matmul_vjp(g: Tensor, args: Any, y: Tensor, needs: Any) -> tuple[Tensor | N
     return ga, gb
 
 
-# -- conformance samples ---------------------------------------------------------------------------
-def _draw(d: Draw) -> Params:
-    return {
-        "batch": tuple(d.choice(SMALL_SIZES) for _ in range(d.integer(0, 2))),
-        "m": d.choice(SIZES), "k": d.choice(SIZES), "n": d.choice(SIZES),
-        "ta": d.boolean(), "tb": d.boolean(),
-    }  # fmt: skip
-
-
-def _build(p: Params, ctx: Ctx) -> Example:
-    rng, b = rng_of(p), tuple(p["batch"])
-    a_shape = b + ((p["k"], p["m"]) if p["ta"] else (p["m"], p["k"]))
-    b_shape = b + ((p["n"], p["k"]) if p["tb"] else (p["k"], p["n"]))
-    lay = p["layout"] if p["layout"] != "broadcast" or b else "dense"
-    av, bv = normal(rng, a_shape), normal(rng, b_shape)
-    if p.get("special"):
-        av = with_specials(av, rng, np.nan, np.inf)
-    args = [Arr(av, layout=lay), Arr(bv, layout=str(p.get("layout_b", lay)))]
-    return Example(label(p), args, {"transpose_a": p["ta"], "transpose_b": p["tb"]}, params=p)
-
-
-def _e(lbl: str, batch: tuple[int, ...], m: int, k: int, n: int, ta: bool, tb: bool,
-       **kw: Any) -> Params:  # fmt: skip
-    return {"label": lbl, "batch": batch, "m": m, "k": k, "n": n, "ta": ta, "tb": tb, **kw}
-
-
-EDGES = edges(
-    _e("1x1x1", (), 1, 1, 1, False, False),
-    _e("odd sizes", (3,), 33, 67, 5, False, False),
-    _e("transpose_a", (), 9, 17, 3, True, False),
-    _e("transpose_b", (), 9, 17, 3, False, True),
-    _e("both transposed", (2, 2), 5, 7, 6, True, True),
-    _e("past a 64-tile", (), 130, 70, 129, False, False),
-    _e("K = 0", (2,), 3, 0, 4, False, False),
-    _e("M = 0", (), 0, 5, 4, False, True),
-    _e("strided views", (2,), 13, 8, 65, False, True, layout="transposed"),
-    _e("sliced views", (), 31, 33, 7, True, False, layout="sliced"),
-    _e("offset x[1:]", (2,), 6, 9, 5, False, False, layout="offset"),
-    _e("rows x[:, :k]", (), 7, 6, 11, False, True, layout="rows", layout_b="permuted"),
-    _e("NaN and inf in a", (), 6, 5, 4, False, False, special=True),
-)
-
-
 def _scale(ex: Example) -> float:
     a, b = ex.args[0].value, ex.args[1].value
     k = a.shape[-2] if ex.kwargs["transpose_a"] else a.shape[-1]
@@ -164,17 +108,7 @@ MATMUL = OpUnit(
     vjp=_matmul_vjp, differentiable=(0, 1),
     tolerance=Tolerances(Tolerance(1e-6, 1e-5), Tolerance(1e-14, 1e-12), scale=_scale,
                          why="accumulation order is the backend's; atol per unit of K*rms*rms"),
-    samples=Samples(_build, EDGES, _draw, bench=_e("bench", (), 512, 512, 512, False, False)),
-    cost=_cost,
-    errors=(
-        error("matmul_inner_dims", "matmul", lambda t: matmul(t.f(2, 3), t.f(4, 5))),
-        error("matmul_transpose_b_dims", "matmul",
-              lambda t: matmul(t.f(2, 3), t.f(3, 5), transpose_b=True)),
-        error("matmul_batch_dims", "matmul", lambda t: matmul(t.f(2, 2, 3), t.f(3, 3, 4))),
-        error("matmul_rank_1", "matmul", lambda t: matmul(t.f(3), t.f(3, 2))),
-        error("matmul_mixed_devices", "matmul", lambda t: matmul(t.f(2, 2), t.other_device(2, 2))),
-        error("matmul_index_dtype", "matmul", lambda t: matmul(t.i(2, 2), t.i(2, 2)), "index"),
-    ),
+    cost=_cost, testing=_SAMPLES,
 )  # fmt: skip
 
 register(MATMUL)

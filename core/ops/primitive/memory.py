@@ -25,21 +25,9 @@ from ...errors import (
 from ...tensor import Tensor, check_extent
 from .. import checks, deferred
 from ..dispatch import Out, dispatch
-from ..opunit import EXACT_TOLERANCES, OpUnit, register
-from ..samples import (
-    LAYOUTS,
-    Arr,
-    Ctx,
-    Draw,
-    Example,
-    Params,
-    Samples,
-    edges,
-    error,
-    label,
-    normal,
-    rng_of,
-)
+from ..opunit import EXACT_TOLERANCES, OpUnit, register, samples_module
+
+_SAMPLES = samples_module(__name__)
 
 
 class MemoryMethods(Protocol):
@@ -277,49 +265,6 @@ def _check_new(unit: OpUnit, backend: Any, out: Any, want: Out) -> None:
         )
 
 
-# -- conformance samples --------------------------------------------------------------------------
-_VIEW_EDGES = edges(
-    *({"label": lay, "shape": (5, 33), "layout": lay} for lay in LAYOUTS),
-    {"label": "0-d", "shape": ()},
-    {"label": "empty", "shape": (3, 0)},
-    {"label": "size-1 axes", "shape": (1, 1, 1)},
-    {"label": "permuted rank 4", "shape": (2, 3, 4, 5), "layout": "permuted"},
-    {"label": "offset rank 3", "shape": (2, 3, 7), "layout": "offset"},
-)
-
-
-def _draw_view(d: Draw) -> Params:
-    return {"shape": d.shape(1, 4), "layout": d.choice(LAYOUTS)}
-
-
-def _build_view(p: Params, ctx: Ctx) -> Example:
-    return Example(label(p), [Arr(normal(rng_of(p), p["shape"]), layout=p["layout"])], params=p)
-
-
-def _build_fill(p: Params, ctx: Ctx) -> Example:
-    x = Arr(normal(rng_of(p), p["shape"]))
-    return Example(f"{label(p)}, value {p['value']!r}", [x, p["value"]], params=p)
-
-
-def _call_fill(fn: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
-    x, value = args
-    fill_(x, value)
-    return x
-
-
-def _draw_fill(d: Draw) -> Params:
-    return {"shape": d.shape(1, 3), "value": d.choice((0.0, -0.0, 1.5, -3.25e8, 7.0))}
-
-
-_FILL_EDGES = edges(
-    *({"label": "special", "shape": (3, 5), "value": v} for v in (np.nan, np.inf, -np.inf, -0.0)),
-    {"label": "empty", "shape": (0,), "value": 1.0},
-)
-_VIEWS = Samples(
-    _build_view, _VIEW_EDGES, _draw_view, bench={"shape": (1024, 1024), "layout": "transposed"}
-)
-
-
 def _copy_cost(args: list[Any]) -> tuple[int, int]:
     return (2 * args[0].nbytes, 0)
 
@@ -330,41 +275,26 @@ def _fill_cost(args: list[Any]) -> tuple[int, int]:
 
 ALLOCATE = OpUnit(
     "allocate", "memory", "memory", MemoryMethods.allocate, function=allocate,
-    tolerance=EXACT_TOLERANCES, nan="-",
-    errors=(
-        error("allocate_negative_dim", "allocate",
-              lambda t: allocate(t.backend, (2, -1), t.float_dtype)),
-        error("allocate_unsupported_dtype", "allocate",
-              lambda t: allocate(t.backend, (2,), t.unsupported_dtype()), "unsupported"),
-    ),
+    tolerance=EXACT_TOLERANCES, nan="-", testing=_SAMPLES,
 )  # fmt: skip
 FROM_NUMPY = OpUnit(
     "from_numpy", "memory", "memory", MemoryMethods.from_numpy, function=upload,
-    tolerance=EXACT_TOLERANCES, nan="exact copy (NaN, +-inf, -0.0 preserved)",
-    errors=(
-        error("from_numpy_unsupported_dtype", "from_numpy",
-              lambda t: upload(t.backend, np.zeros(2, t.unsupported_dtype())), "unsupported"),
-        error("from_numpy_bool", "from_numpy", lambda t: upload(t.backend, np.zeros(2, bool))),
-    ),
+    tolerance=EXACT_TOLERANCES, nan="exact copy (NaN, +-inf, -0.0 preserved)", testing=_SAMPLES,
 )  # fmt: skip
 TO_NUMPY = OpUnit(
     "to_numpy", "memory", "memory", MemoryMethods.to_numpy, function=download,
-    tolerance=EXACT_TOLERANCES, nan="exact copy (NaN, +-inf, -0.0 preserved)", samples=_VIEWS,
+    tolerance=EXACT_TOLERANCES, nan="exact copy (NaN, +-inf, -0.0 preserved)", testing=_SAMPLES,
     cost=_copy_cost,
-    errors=(error("to_numpy_of_list", "to_numpy", lambda t: download([1.0])),),  # type: ignore[arg-type]
 )  # fmt: skip
 COPY_STRIDED = OpUnit(
     "copy_strided", "memory", "memory", MemoryMethods.copy_strided, function=copy_strided,
-    tolerance=EXACT_TOLERANCES, nan="exact copy (NaN, +-inf, -0.0 preserved)", samples=_VIEWS,
+    tolerance=EXACT_TOLERANCES, nan="exact copy (NaN, +-inf, -0.0 preserved)", testing=_SAMPLES,
     cost=_copy_cost,
-    errors=(error("copy_strided_of_array", "copy_strided", lambda t: copy_strided(np.zeros(2))),),
 )  # fmt: skip
 FILL = OpUnit(
     "fill", "memory", "memory", MemoryMethods.fill, function=fill_, outputs=("x",),
     in_place=True, tolerance=EXACT_TOLERANCES, nan="writes NaN, +-inf and -0.0 exactly",
-    samples=Samples(_build_fill, _FILL_EDGES, _draw_fill, call=_call_fill,
-                    bench={"shape": (1024, 1024), "value": 1.0}), cost=_fill_cost,
-    errors=(error("fill_view", "fill_", lambda t: fill_(t.f(4, 6).transpose(), 1.0)),),
+    testing=_SAMPLES, cost=_fill_cost,
 )  # fmt: skip
 SYNCHRONIZE = OpUnit(
     "synchronize", "memory", "memory", MemoryMethods.synchronize, outputs=(), nan="-"

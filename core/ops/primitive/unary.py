@@ -10,32 +10,16 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-import numpy as np
-
 from ...tensor import Tensor
 from .. import checks
 from ..dispatch import dispatch
-from ..opunit import OpUnit, Tolerance, Tolerances, register
-from ..samples import (
-    Arr,
-    Ctx,
-    Draw,
-    Example,
-    Params,
-    Samples,
-    edges,
-    error,
-    label,
-    log_uniform,
-    normal,
-    rng_of,
-    with_specials,
-)
+from ..opunit import OpUnit, Tolerance, Tolerances, register, samples_module
 from .binary import add_scalar, div, mul, mul_scalar, sub
 from .memory import full_like
 from .select import compare
 
 FLOATS = checks.FLOATS
+_SAMPLES = samples_module(__name__)
 
 
 class UnaryMethods(Protocol):
@@ -135,63 +119,6 @@ def _abs_vjp(g: Tensor, args: Any, y: Tensor, needs: Any) -> tuple[Tensor]:
     return (mul(g, sign),)
 
 
-# -- conformance samples ---------------------------------------------------------------------------
-#: Shapes every elementwise op meets: size-1 axes, odd sizes, a long row, empty, 0-d, each layout.
-EDGES = edges(
-    {"label": "size-1 axes", "shape": (1, 1, 1)},
-    {"label": "odd sizes", "shape": (3, 67)},
-    {"label": "long row", "shape": (2, 4097)},
-    {"label": "0-d", "shape": ()},
-    {"label": "empty", "shape": (4, 0)},
-    {"label": "transposed", "shape": (5, 33), "layout": "transposed"},
-    {"label": "permuted", "shape": (2, 3, 5), "layout": "permuted"},
-    {"label": "broadcast", "shape": (4, 9), "layout": "broadcast"},
-    {
-        "label": "vector: stride 0 over a buffer as large as the view",
-        "shape": (9,),
-        "layout": "broadcast",
-    },
-    {"label": "sliced", "shape": (3, 17), "layout": "sliced"},
-    {"label": "offset x[1:]", "shape": (6, 7), "layout": "offset"},
-    {"label": "rows x[:, :k]", "shape": (5, 9), "layout": "rows"},
-    {"label": "NaN and +-inf", "shape": (4, 33), "special": True},
-)
-
-DOMAINS: dict[str, Any] = {
-    "neg": lambda r, s: normal(r, s, 3.0),
-    "exp": lambda r, s: normal(r, s, 3.0),
-    "log": lambda r, s: log_uniform(r, s, 1e-3, 1e3),
-    "sqrt": lambda r, s: log_uniform(r, s, 1e-4, 1e4),
-    "rsqrt": lambda r, s: log_uniform(r, s, 1e-4, 1e4),
-    "tanh": lambda r, s: normal(r, s, 3.0),
-    "abs": lambda r, s: normal(r, s, 3.0),
-}
-#: Magnitudes that stress range reduction and overflow (exp past float32's 88.7 gives inf).
-LARGE = {"exp": 100.0, "tanh": 1e4, "neg": 1e30, "abs": 1e30}
-
-
-def samples(op: str) -> Samples:
-    gen = DOMAINS[op]
-
-    def build(p: Params, ctx: Ctx) -> Example:
-        rng = rng_of(p)
-        value = gen(rng, p["shape"])
-        if p.get("large"):
-            value = rng.uniform(-LARGE[op], LARGE[op], p["shape"])
-        if p.get("special"):
-            value = with_specials(value, rng, np.nan, np.inf, -np.inf, 0.0, -0.0)
-        return Example(label(p), [Arr(value, layout=p["layout"])], params=p)
-
-    def draw(d: Draw) -> Params:
-        return {"shape": d.shape(), "large": op in LARGE and d.boolean()}
-
-    extra: tuple[Params, ...] = ()
-    if op in LARGE:
-        extra = edges({"label": f"large magnitude (+-{LARGE[op]:g})", "shape": (4, 33),
-                       "large": True})  # fmt: skip
-    return Samples(build, EDGES + extra, draw, bench={"shape": (1024, 1024)})
-
-
 def _cost(flops: int) -> Any:
     return lambda args: (2 * args[0].nbytes, flops * args[0].size)
 
@@ -203,9 +130,7 @@ _MATH = Tolerances(Tolerance(1e-6, 1e-5), why="GPU math libraries guarantee a fe
 def _unit(name: str, fn: Any, vjp: Any, tol: Tolerances, flops: int) -> OpUnit:
     return OpUnit(
         name, "primitive", "unary", getattr(UnaryMethods, name), function=fn,
-        vjp=vjp, differentiable=(0,), tolerance=tol, samples=samples(name), cost=_cost(flops),
-        errors=(error(f"{name}_of_index_dtype", name, lambda t: fn(t.i(3)), "index"),
-                error(f"{name}_of_list", name, lambda t: fn([1.0, 2.0]))),
+        vjp=vjp, differentiable=(0,), tolerance=tol, cost=_cost(flops), testing=_SAMPLES,
     )  # fmt: skip
 
 

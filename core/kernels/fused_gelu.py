@@ -1,0 +1,40 @@
+"""GELU's launch plan (op unit ``riftco.ops.fused.gelu``; kernels in ``shaders/gelu.cl``)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .fused_plan import flat_threads
+from .host import KernelMixin
+
+if TYPE_CHECKING:
+    from ..tensor import Tensor
+
+#: The ``form`` parameter of ``gelu_forward``/``gelu_backward`` per ``approximate``.
+_GELU_FORMS = {"tanh": 0, "none": 1}
+
+
+class GeluKernels(KernelMixin):
+    """``gelu`` and its backward: the tanh form one thread per element (it vectorises on
+    CPUs), the exact form grid-stride."""
+
+    def gelu(self, x: Tensor, approximate: str) -> Tensor:
+        y = self.empty(x.shape, x.dtype)
+        n = x.size
+        if n and approximate == "tanh":  # one thread per element: vectorises on CPUs
+            self.launch("gelu", "gelu_tanh_forward", x.dtype, n, y, x, ints=(n, 0))
+        elif n:
+            form = _GELU_FORMS[approximate]
+            self.launch("gelu", "gelu_forward", x.dtype, flat_threads(n), y, x, ints=(n, form))
+        return y
+
+    def gelu_backward(self, dy: Tensor, x: Tensor, approximate: str) -> Tensor:
+        dx = self.empty(x.shape, x.dtype)
+        n = x.size
+        if n and approximate == "tanh":
+            self.launch("gelu", "gelu_tanh_backward", x.dtype, n, dx, dy, x, ints=(n, 0))
+        elif n:
+            form = _GELU_FORMS[approximate]
+            threads = flat_threads(n)
+            self.launch("gelu", "gelu_backward", x.dtype, threads, dx, dy, x, ints=(n, form))
+        return dx

@@ -1,0 +1,77 @@
+"""What the op mixins need from the kernel host layer, as one typed protocol.
+
+``KernelBackend`` is assembled from mixins (``PrimitiveKernels`` and one per fused family,
+``fused_*.py``) that call each other and the host's own methods through ``self``. Each
+mixin names its base :data:`KernelMixin`: the protocol :class:`KernelHost` for type
+checkers, so mypy checks every ``self.launch(...)`` and ``self.runtime.capabilities``
+against a real signature, and plain ``object`` at run time, so that the protocol's stubs
+never enter a backend's method resolution order (where they could shadow a sibling
+mixin's implementation).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Protocol
+
+import numpy as np
+
+from .runtime import Runtime
+
+if TYPE_CHECKING:
+    from ..tensor import Tensor
+
+
+class KernelHost(Protocol):
+    """The host layer's calls the mixins use (``KernelBackend`` implements all of them)."""
+
+    #: The device queue; kernel shapes are chosen from ``runtime.capabilities`` only.
+    runtime: Runtime
+
+    def empty(self, shape: Sequence[int], dtype: np.dtype) -> Tensor:
+        """A dense tensor with undefined contents."""
+        ...
+
+    def fill(self, x: Tensor, value: float) -> None:
+        """Set every element of ``x`` to ``value`` (asynchronous)."""
+        ...
+
+    def copy_strided(self, x: Tensor) -> Tensor:
+        """A dense copy of the view ``x``."""
+        ...
+
+    def launch(
+        self,
+        family: str,
+        kernel: str,
+        dtype: np.dtype,
+        threads: int,
+        *args: Tensor,
+        ints: Sequence[int] = (),
+        floats: Sequence[float] = (),
+        index_dtype: np.dtype | None = None,
+        defines: Mapping[str, str] | None = None,
+        status: tuple[str, int] | None = None,
+    ) -> None:
+        """Queue ``kernel`` of ``shaders/<family>.cl`` (``KernelBackend.launch``)."""
+        ...
+
+    def matmul(self, a: Tensor, b: Tensor, transpose_a: bool, transpose_b: bool) -> Tensor:
+        """The protocol's batched product (``PrimitiveKernels``)."""
+        ...
+
+    def product(
+        self, out: Tensor, a: Tensor, b: Tensor, transpose_a: bool, transpose_b: bool
+    ) -> None:
+        """The product written through ``out``'s strides (``PrimitiveKernels``)."""
+        ...
+
+    def sum(self, x: Tensor, axes: tuple[int, ...], keepdims: bool) -> Tensor:
+        """The protocol's sum reduction (``PrimitiveKernels``)."""
+        ...
+
+
+if TYPE_CHECKING:
+    KernelMixin = KernelHost
+else:
+    KernelMixin = object

@@ -1,0 +1,127 @@
+"""Conformance data of ``fused/attention.py``, shared with flash attention: lengths that
+span one, two and several tiles with and without the causal mask, D = 1 and odd head dims,
+scores past exp overflow, T = 0 and B = 0, heads permuted from [B, T, H, D] and other
+views; the host scores and inputs the attention_qkv samples reuse."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from ...samples import (
+    SMALL_SIZES,
+    Arr,
+    Ctx,
+    Draw,
+    Example,
+    Params,
+    Samples,
+    SampleSet,
+    edges,
+    error,
+    label,
+    normal,
+    rng_of,
+)
+from ..attention import attention, attention_backward
+from .softmax import np_softmax
+
+
+def _e(lbl: str, b: int, h: int, t: int, d: int, causal: bool, **kw: Any) -> Params:
+    return {"label": lbl, "b": b, "h": h, "t": t, "d": d, "causal": causal, **kw}
+
+
+#: Lengths that span one, two and several tiles of any size from 16 to 128, both masks.
+_LENGTHS = (2, 31, 65, 129, 200)
+EDGES = edges(
+    _e("T=1", 1, 2, 1, 8, True),
+    _e("T=1, not causal", 2, 1, 1, 3, False),
+    *(_e(f"T={t}, D=5", 1, 1, t, 5, c) for t in _LENGTHS for c in (True, False)),
+    _e("D=1", 2, 1, 9, 1, True),
+    _e("D=33", 1, 2, 17, 33, False),
+    _e("scores ~300 (past exp overflow)", 1, 2, 40, 8, True, large=True),
+    _e("scores ~300, not causal", 1, 1, 70, 7, False, large=True),
+    _e("T=0", 1, 2, 0, 4, True),
+    _e("B=0", 0, 2, 5, 4, False),
+    _e("heads permuted from [B,T,H,D]", 2, 3, 13, 4, True, layout="permuted"),
+    _e("transposed", 1, 2, 6, 6, True, layout="transposed"),
+    _e("offset x[1:]", 1, 2, 9, 3, False, layout="offset"),
+    _e("rows x[..., :D]", 1, 1, 11, 6, True, layout="rows"),
+)
+
+
+BENCH = _e("bench", 1, 4, 256, 64, True)
+
+
+def draw(d: Draw) -> Params:
+    return {
+        "b": d.choice(SMALL_SIZES), "h": d.choice(SMALL_SIZES),
+        "d": d.choice((1, 3, 8, 16, 33)), "t": d.choice((1, 2, 3, 5, 17, 33, 64, 65, 100)),
+        "causal": d.boolean(), "layout": d.choice(("dense", "dense", "permuted", "sliced")),
+    }  # fmt: skip
+
+
+def np_scores(q: np.ndarray, k: np.ndarray, scale: float, causal: bool) -> np.ndarray:
+    s = scale * q @ np.swapaxes(k, -1, -2)
+    if causal:
+        t = s.shape[-1]
+        s = np.where(np.triu(np.ones((t, t), dtype=bool), 1), -np.inf, s)
+    return s
+
+
+def qkv(p: Params) -> tuple[np.ndarray, ...]:
+    rng = rng_of(p)
+    shape = (p["b"], p["h"], p["t"], p["d"])
+    q, k, v = (normal(rng, shape) for _ in range(3))
+    if p.get("large"):  # |scores| ~ 300: exp would overflow without the max subtraction
+        boost = 6.0 * np.sqrt(np.sqrt(p["d"]))
+        q, k = q * boost, k * boost
+    return q, k, v, normal(rng, shape)
+
+
+def score_max(q: np.ndarray, k: np.ndarray) -> float:
+    """The largest |score| of an example (0 when empty), recorded in its params."""
+    if not q.size:
+        return 0.0
+    return float(np.abs(q @ np.swapaxes(k, -1, -2)).max() / np.sqrt(q.shape[-1]))
+
+
+def _samples(backward: bool) -> Samples:
+    def build(p: Params, ctx: Ctx) -> Example:
+        q, k, v, do = qkv(p)
+        p = {**p, "score_max": score_max(q, k)}
+        scale = 1.0 / math.sqrt(p["d"])
+        lay = p["layout"]
+        args = [Arr(q, layout=lay), Arr(k, layout=lay), Arr(v, layout=lay)]
+        if not backward:
+            return Example(label(p), [*args, scale], {"causal": p["causal"]}, params=p)
+        qr, kr = (a.astype(ctx.dtype).astype(np.float64) for a in (q, k))
+        probs = np_softmax(np_scores(qr, kr, scale, p["causal"]))
+        return Example(label(p), [Arr(do, layout=lay), *args, Arr(probs), scale], params=p)
+
+    return Samples(build, EDGES, draw, bench=BENCH)
+
+
+SAMPLES = {
+    "attention": SampleSet(
+        samples=_samples(False),
+        errors=(
+            error("attention_qkv_shapes", "attention",
+                  lambda t: attention(t.f(1, 1, 4, 2), t.f(1, 1, 5, 2), t.f(1, 1, 4, 2), 1.0)),
+            error("attention_rank", "attention",
+                  lambda t: attention(t.f(1, 4, 2), t.f(1, 4, 2), t.f(1, 4, 2), 1.0)),
+            error("attention_zero_head_dim", "attention",
+                  lambda t: attention(t.f(1, 1, 4, 0), t.f(1, 1, 4, 0), t.f(1, 1, 4, 0), 1.0)),
+            error("attention_scale_tensor", "attention",
+                  lambda t: attention(t.f(1, 1, 2, 2), t.f(1, 1, 2, 2), t.f(1, 1, 2, 2), t.f(1))),
+        ),
+    ),
+    "attention_backward": SampleSet(
+        samples=_samples(True),
+        errors=(error("attention_backward_probs_shape", "attention_backward",
+                      lambda t: attention_backward(*(t.f(1, 1, 3, 2),) * 4, t.f(1, 1, 3, 2),
+                                                   1.0)),),
+    ),
+}  # fmt: skip

@@ -1,0 +1,63 @@
+"""Conformance data of ``fused/flash_attention.py``: attention's edges (lengths past one
+and several tiles, where forgetting to rescale the running sum shows), with the host
+output and log-sum-exp its backward samples need."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ...samples import (
+    Arr,
+    Ctx,
+    Example,
+    Params,
+    Samples,
+    SampleSet,
+    error,
+    label,
+)
+from ..flash_attention import flash_attention, flash_attention_backward
+from .attention import BENCH, EDGES, draw, np_scores, qkv, score_max
+from .cross_entropy import np_lse
+from .softmax import np_softmax
+
+
+def _samples(backward: bool) -> Samples:
+    def build(p: Params, ctx: Ctx) -> Example:
+        q, k, v, do = qkv(p)
+        p = {**p, "score_max": score_max(q, k)}
+        scale = 1.0 / math.sqrt(p["d"])
+        lay = p["layout"]
+        args = [Arr(q, layout=lay), Arr(k, layout=lay), Arr(v, layout=lay)]
+        if not backward:
+            return Example(label(p), [*args, scale], {"causal": p["causal"]}, params=p)
+        qr, kr, vr = (a.astype(ctx.dtype).astype(np.float64) for a in (q, k, v))
+        s = np_scores(qr, kr, scale, p["causal"])
+        out, lse = np_softmax(s) @ vr, np_lse(s)
+        grads = [Arr(do, layout=lay), *args, Arr(out), Arr(lse), scale]
+        return Example(label(p), grads, {"causal": p["causal"]}, params=p)
+
+    return Samples(build, EDGES, draw, bench=BENCH)
+
+
+SAMPLES = {
+    "flash_attention": SampleSet(
+        samples=_samples(False),
+        errors=(
+            error("flash_attention_qkv_shapes", "flash_attention",
+                  lambda t: flash_attention(t.f(1, 1, 4, 2), t.f(1, 1, 4, 3), t.f(1, 1, 4, 2),
+                                            1.0)),
+            error("flash_attention_zero_head_dim", "flash_attention",
+                  lambda t: flash_attention(t.f(1, 1, 4, 0), t.f(1, 1, 4, 0), t.f(1, 1, 4, 0),
+                                            1.0)),
+        ),
+    ),
+    "flash_attention_backward": SampleSet(
+        samples=_samples(True),
+        errors=(error("flash_backward_lse_shape", "flash_attention_backward",
+                      lambda t: flash_attention_backward(*(t.f(1, 1, 3, 2),) * 5, t.f(1, 3),
+                                                         1.0)),),
+    ),
+}  # fmt: skip

@@ -1,0 +1,72 @@
+"""Conformance data of ``fused/gelu.py``: both approximations on long rows, odd sizes,
+every layout, |x| up to 1e4 and NaN."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...samples import (
+    Arr,
+    Ctx,
+    Draw,
+    Example,
+    Params,
+    Samples,
+    SampleSet,
+    edges,
+    error,
+    label,
+    normal,
+    rng_of,
+    with_specials,
+)
+from ..gelu import APPROXIMATIONS, gelu, gelu_backward
+
+ROW_EDGES = edges(
+    {"label": "long row (4097)", "shape": (2, 4097)},
+    {"label": "size-1 axes", "shape": (1, 1, 1)},
+    {"label": "odd sizes", "shape": (3, 5, 67)},
+    {"label": "empty", "shape": (0, 7)},
+    {"label": "0-d", "shape": ()},  # the cpu reference's exact form once failed here
+    {"label": "transposed", "shape": (9, 33), "layout": "transposed"},
+    {"label": "offset x[1:]", "shape": (5, 9), "layout": "offset"},
+    {"label": "rows x[:, :k]", "shape": (4, 17), "layout": "rows"},
+    {"label": "large |x| (up to 1e4)", "shape": (3, 40), "large": True},
+    {"label": "NaN", "shape": (3, 21), "special": True},
+)
+
+
+def _samples(backward: bool) -> Samples:
+    def build(p: Params, ctx: Ctx) -> Example:
+        rng = rng_of(p)
+        x = normal(rng, p["shape"], 2.0)
+        if p.get("large"):
+            x = np.sign(x) * np.exp(rng.uniform(0.0, np.log(1e4), p["shape"]))
+        if p.get("special"):
+            x = with_specials(x, rng, np.nan)
+        args = [Arr(x, layout=p["layout"])]
+        if backward:
+            args.insert(0, Arr(normal(rng, p["shape"]), layout=p["layout"]))
+        return Example(label(p), args, {"approximate": p["approximate"]}, params=p)
+
+    def draw(d: Draw) -> Params:
+        return {"shape": d.shape(), "approximate": d.choice(APPROXIMATIONS)}
+
+    e = tuple({**edge, "approximate": a} for edge in ROW_EDGES for a in APPROXIMATIONS)
+    return Samples(build, e, draw, bench={"shape": (1024, 1024), "approximate": "tanh"})
+
+
+SAMPLES = {
+    "gelu": SampleSet(
+        samples=_samples(False),
+        errors=(error("gelu_bad_approximate", "gelu", lambda t: gelu(t.f(3), "exact")),
+                error("gelu_index_dtype", "gelu", lambda t: gelu(t.i(3)), "index")),
+    ),
+    "gelu_backward": SampleSet(
+        samples=_samples(True),
+        errors=(error("gelu_backward_shapes", "gelu_backward",
+                      lambda t: gelu_backward(t.f(2, 3), t.f(3, 2))),
+                error("gelu_backward_mixed_devices", "gelu_backward",
+                      lambda t: gelu_backward(t.f(3), t.other_device(3)))),
+    ),
+}  # fmt: skip

@@ -1,0 +1,92 @@
+"""Conformance data of ``primitive/unary.py``: each op's own domain (log and sqrt of
+positives), magnitudes past float32 overflow, NaN, infinities and signed zeros."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ...samples import (
+    Arr,
+    Ctx,
+    Draw,
+    Example,
+    Params,
+    Samples,
+    SampleSet,
+    edges,
+    error,
+    label,
+    log_uniform,
+    normal,
+    rng_of,
+    with_specials,
+)
+from .. import unary
+
+#: Shapes every elementwise op meets: size-1 axes, odd sizes, a long row, empty, 0-d, each layout.
+EDGES = edges(
+    {"label": "size-1 axes", "shape": (1, 1, 1)},
+    {"label": "odd sizes", "shape": (3, 67)},
+    {"label": "long row", "shape": (2, 4097)},
+    {"label": "0-d", "shape": ()},
+    {"label": "empty", "shape": (4, 0)},
+    {"label": "transposed", "shape": (5, 33), "layout": "transposed"},
+    {"label": "permuted", "shape": (2, 3, 5), "layout": "permuted"},
+    {"label": "broadcast", "shape": (4, 9), "layout": "broadcast"},
+    {
+        "label": "vector: stride 0 over a buffer as large as the view",
+        "shape": (9,),
+        "layout": "broadcast",
+    },
+    {"label": "sliced", "shape": (3, 17), "layout": "sliced"},
+    {"label": "offset x[1:]", "shape": (6, 7), "layout": "offset"},
+    {"label": "rows x[:, :k]", "shape": (5, 9), "layout": "rows"},
+    {"label": "NaN and +-inf", "shape": (4, 33), "special": True},
+)
+
+DOMAINS: dict[str, Any] = {
+    "neg": lambda r, s: normal(r, s, 3.0),
+    "exp": lambda r, s: normal(r, s, 3.0),
+    "log": lambda r, s: log_uniform(r, s, 1e-3, 1e3),
+    "sqrt": lambda r, s: log_uniform(r, s, 1e-4, 1e4),
+    "rsqrt": lambda r, s: log_uniform(r, s, 1e-4, 1e4),
+    "tanh": lambda r, s: normal(r, s, 3.0),
+    "abs": lambda r, s: normal(r, s, 3.0),
+}
+#: Magnitudes that stress range reduction and overflow (exp past float32's 88.7 gives inf).
+LARGE = {"exp": 100.0, "tanh": 1e4, "neg": 1e30, "abs": 1e30}
+
+
+def samples(op: str) -> Samples:
+    gen = DOMAINS[op]
+
+    def build(p: Params, ctx: Ctx) -> Example:
+        rng = rng_of(p)
+        value = gen(rng, p["shape"])
+        if p.get("large"):
+            value = rng.uniform(-LARGE[op], LARGE[op], p["shape"])
+        if p.get("special"):
+            value = with_specials(value, rng, np.nan, np.inf, -np.inf, 0.0, -0.0)
+        return Example(label(p), [Arr(value, layout=p["layout"])], params=p)
+
+    def draw(d: Draw) -> Params:
+        return {"shape": d.shape(), "large": op in LARGE and d.boolean()}
+
+    extra: tuple[Params, ...] = ()
+    if op in LARGE:
+        extra = edges({"label": f"large magnitude (+-{LARGE[op]:g})", "shape": (4, 33),
+                       "large": True})  # fmt: skip
+    return Samples(build, EDGES + extra, draw, bench={"shape": (1024, 1024)})
+
+
+def _sample_set(name: str) -> SampleSet:
+    fn = getattr(unary, name)
+    return SampleSet(samples(name), (
+        error(f"{name}_of_index_dtype", name, lambda t: fn(t.i(3)), "index"),
+        error(f"{name}_of_list", name, lambda t: fn([1.0, 2.0])),
+    ))  # fmt: skip
+
+
+SAMPLES = {name: _sample_set(name) for name in DOMAINS}
