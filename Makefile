@@ -4,7 +4,8 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test train lint typecheck format bench bench-quick conformance-gpu mac-check clean
+.PHONY: install test test-deep test-pip-pocl train lint typecheck format bench bench-quick mac-check clean \
+	conformance conformance-gpu $(CONFORMANCE_HOST) $(CONFORMANCE_GPU)
 
 install: $(STAMP)
 
@@ -16,27 +17,58 @@ $(STAMP): pyproject.toml
 	PYTHONWARNINGS="ignore:Editable installation" $(BIN)/python -m pip install --quiet -e ".[test,plot]"
 	touch $(STAMP)
 
+# pytest-xdist workers and parallel conformance passes: one per core, at most 4 (PoCL and
+# BLAS already spread each process over the cores). TEST_WORKERS=1 runs in one process.
+TEST_WORKERS ?= $(shell $(PYTHON) -c "import os; print(max(1, min(4, os.cpu_count() or 1)))")
+PYTEST := $(BIN)/python -m pytest -q $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS))
+
 test: $(STAMP)
 	$(BIN)/python -m pip install --quiet ./examples/cffi_backend
-	$(BIN)/python -m pytest -q
-	$(BIN)/riftco conformance cpu --quiet
-	$(BIN)/riftco conformance cffi_example --quiet
-	$(BIN)/riftco conformance native --quiet
-	$(MAKE) --no-print-directory conformance-gpu
+	$(PYTEST)
+	$(MAKE) --no-print-directory -j$(TEST_WORKERS) --output-sync=target conformance
+
+# The digs too slow for every run (CI runs them too): 200 fuzz examples per (backend, op)
+# instead of 20, and every mutant backend through the whole suite (not only its op's
+# cases) to prove that conformance blames no other op.
+test-deep: $(STAMP)
+	$(BIN)/python -m pip install --quiet ./examples/cffi_backend
+	RIFTCO_FUZZ_EXAMPLES=200 RIFTCO_MUTANTS=all $(PYTEST) tests/test_fuzz_ops.py tests/test_conformance_mutants.py
+
+# What a newcomer without root gets: the OpenCL tests and conformance against the PoCL
+# that pip installs (pyopencl[pocl]) alone. The ICD loader is pointed at the wheel's
+# vendor file, so a system-wide OpenCL (e.g. Debian's PoCL, which CI installs) cannot
+# hide a failure of the wheel's older LLVM.
+PIP_POCL = OCL_ICD_VENDORS="$$($(BIN)/python -c 'import os, pyopencl; print(os.path.join(os.path.dirname(pyopencl.__file__), ".libs"))')"
+test-pip-pocl: $(STAMP)
+	$(PIP_POCL) $(BIN)/riftco backends | grep -A1 "^opencl" || true
+	$(PIP_POCL) $(PYTEST) -m opencl
+	$(PIP_POCL) $(MAKE) --no-print-directory -j$(TEST_WORKERS) --output-sync=target conformance-gpu
+
+CONFORMANCE_HOST := conformance-cpu conformance-cffi_example conformance-native
+CONFORMANCE_GPU := conformance-opencl conformance-opencl-fast96 conformance-opencl-fast352 \
+	conformance-metal-standin
+conformance: $(CONFORMANCE_HOST) $(CONFORMANCE_GPU)
+conformance-gpu: $(CONFORMANCE_GPU)
+
+$(CONFORMANCE_HOST): conformance-%: $(STAMP)
+	$(BIN)/riftco conformance $* --quiet
 
 # The GPU kernels on OpenCL (PoCL runs them on a CPU): IEEE at the default group size, and
 # built with fast math (-cl-fast-relaxed-math -cl-finite-math-only, as Metal compiles) at the
 # irregular group sizes Metal may pick; then the Metal backend's host code through its
-# OpenCL stand-in (fast math too). Skips, saying why, where no OpenCL device can compile.
-conformance-gpu: $(STAMP)
-	@if $(BIN)/python -c "import sys, riftco; e = riftco.get_registry().entry('opencl'); \
-	    sys.exit(0 if e.available and e.devices() else (print('skipping GPU conformance:', e.reason) or 1))"; then \
-	  set -e; \
-	  $(BIN)/riftco conformance opencl --quiet; \
-	  RIFTCO_FAST_MATH=1 RIFTCO_OPENCL_GROUP_SIZE=96 $(BIN)/riftco conformance opencl --quiet; \
-	  RIFTCO_FAST_MATH=1 RIFTCO_OPENCL_GROUP_SIZE=352 $(BIN)/riftco conformance opencl --quiet; \
-	  RIFTCO_METAL_STANDIN=1 $(BIN)/riftco conformance metal --quiet; \
-	fi
+# OpenCL stand-in (fast math too). Each skips, saying why, where no OpenCL device can compile.
+HAVE_OPENCL = $(BIN)/python -c "import sys, riftco; e = riftco.get_registry().entry('opencl'); \
+	sys.exit(0 if e.available and e.devices() else (print('skipping $@:', e.reason) or 1))"
+conformance-opencl: $(STAMP)
+	@if $(HAVE_OPENCL); then $(BIN)/riftco conformance opencl --quiet; fi
+conformance-opencl-fast96: $(STAMP)
+	@if $(HAVE_OPENCL); then RIFTCO_FAST_MATH=1 RIFTCO_OPENCL_GROUP_SIZE=96 \
+	  $(BIN)/riftco conformance opencl --quiet; fi
+conformance-opencl-fast352: $(STAMP)
+	@if $(HAVE_OPENCL); then RIFTCO_FAST_MATH=1 RIFTCO_OPENCL_GROUP_SIZE=352 \
+	  $(BIN)/riftco conformance opencl --quiet; fi
+conformance-metal-standin: $(STAMP)
+	@if $(HAVE_OPENCL); then RIFTCO_METAL_STANDIN=1 $(BIN)/riftco conformance metal --quiet; fi
 
 train: $(STAMP)
 	$(BIN)/riftco train

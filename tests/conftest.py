@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -50,3 +52,22 @@ def registry(monkeypatch: pytest.MonkeyPatch) -> Iterator[object]:
             plugins.reset_registry(saved)
         else:
             plugins._registry = None
+
+
+@functools.cache
+def _touches_opencl(path: Path) -> bool:
+    try:
+        text = path.read_text(encoding="utf-8").lower()
+    except OSError:
+        return False
+    return "opencl" in text or "standin" in text
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every test of a module that mentions OpenCL or the Metal stand-in (which runs
+    on OpenCL) with ``opencl``: ``make test-pip-pocl`` reruns exactly those against the
+    PoCL that pip installs alone. Read from the source, so a new kernel test cannot be
+    left out by forgetting a marker."""
+    for item in items:
+        if _touches_opencl(Path(str(item.path))):
+            item.add_marker(pytest.mark.opencl)

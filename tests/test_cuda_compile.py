@@ -89,7 +89,8 @@ def _literal_kernels(family: str) -> set[str]:
 )
 def test_nvrtc_compiles_family(family, dtype, index, defines):
     src = program_source(family, np.dtype(dtype), np.dtype(index), defines)
-    cubin = compiler.compile_cubin(src, f"{family}.cl [{dtype}]", ARCH)
+    cubin, log = compiler.build(src, f"{family}.cl [{dtype}]", ARCH)
+    assert log.notable == [], f"{family} [{dtype}]: NVRTC said\n" + "\n".join(log.notable)
     functions = elf_functions(cubin)
     missing = _literal_kernels(family) - functions
     assert not missing, (

@@ -129,3 +129,32 @@ def test_entries_lists_what_riftco_backends_verbose_shows(tmp_path):
 def test_switch(monkeypatch, value, on):
     monkeypatch.setenv("RIFTCO_KERNEL_CACHE", value)
     assert cache_enabled() is on
+
+
+@pytest.fixture
+def opencl_runtime(tmp_path, monkeypatch):
+    clrt = pytest.importorskip("riftco.backends.opencl.runtime")
+    devices, why = clrt.enumerate_devices()
+    if not devices:
+        pytest.skip(f"no OpenCL device: {why}")
+    monkeypatch.setenv("RIFTCO_CACHE_DIR", str(tmp_path))
+    return clrt, clrt.OpenCLRuntime(0)
+
+
+def test_pocl_keeps_only_the_log(opencl_runtime, tmp_path):
+    """PoCL caches programs itself; exporting its binary costs 10-20x the build, so
+    riftco's entry holds the log alone. (The binary path is what GPU drivers take: nothing
+    here has one. Programs are never released, since PoCL 3.0 crashed after a freed one,
+    so a miss is made with a new source rather than by clearing the in-process table.)"""
+    import numpy as np
+    from riftco.kernels.sources import program_source
+
+    clrt, runtime = opencl_runtime
+    if not runtime.keeps_own_cache:
+        pytest.skip(f"{runtime.device_name} is not PoCL")
+    source = program_source("gelu", np.dtype(np.float32)) + f"\n/* {tmp_path.name} */\n"
+    program = runtime.compile(source, "gelu.cl [float32]")
+    program.kernel("gelu_tanh_forward")
+    (entry,) = clrt.kernel_cache(runtime.device).entries()
+    assert entry.binary == b"" and entry.log == program.build_log.text == ""
+    assert entry.program == f"gelu.cl [float32] on {runtime.device_name}"

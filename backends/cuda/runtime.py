@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 from riftco.errors import BackendUnavailableError, KernelCompileError
+from riftco.kernels.build_log import BuildLog
 from riftco.kernels.runtime import RuntimeCapabilities
 
 from . import compiler
@@ -205,10 +206,12 @@ def _device(index: int) -> _Device:
 class CudaProgram:
     """A loaded CUBIN module; kernels are looked up by their (``extern "C"``) names."""
 
-    def __init__(self, runtime: CudaRuntime, module: Any, name: str) -> None:
+    def __init__(self, runtime: CudaRuntime, module: Any, name: str, build_log: BuildLog) -> None:
         self.runtime = runtime
         self.module = module
         self.name = name
+        #: What NVRTC said while compiling it (shown by ``riftco backends --verbose``).
+        self.build_log = build_log
         self._kernels: dict[str, CudaKernel] = {}
 
     def kernel(self, name: str) -> CudaKernel:
@@ -303,10 +306,10 @@ class CudaRuntime:
     # -- programs -------------------------------------------------------------------------------
     def compile(self, source: str, name: str) -> CudaProgram:
         dev = self._dev
+        cubin, log = compiler.build(source, name, self.arch)  # kept in memory after the first
         with dev.lock:
             module = dev.modules.get(source)
         if module is None:
-            cubin = compiler.compile_cubin(source, name, self.arch)
             with dev.lock:
                 dev.make_current()
                 module = dev.modules.get(source)
@@ -320,7 +323,7 @@ class CudaRuntime:
                             f"[compile] {name}: the driver refused the {self.arch} CUBIN: {exc}"
                         ) from None
                     dev.modules[source] = module
-        return CudaProgram(self, module, name)
+        return CudaProgram(self, module, name, log)
 
     def load_kernel(self, module: Any, name: str, program: str) -> CudaKernel:
         drv = self.drv

@@ -2,11 +2,13 @@
 
 A kernel family takes seconds to compile (PoCL: 1-16 s each on a 2-core EPYC; NVRTC:
 about a second), and a test run, a conformance pass and a training run each start a new
-process that needs the same programs. So runtimes keep what their compiler produced (an
-OpenCL program binary, a CUBIN) and what it said (the build log) in one file per program,
+process that needs the same programs. So runtimes keep what their compiler produced (a
+CUBIN, an OpenCL program binary) and what it said (the build log) in one file per program,
 keyed by everything that decides the result: the runtime, the device and its driver, the
 build options and the complete source. This is the scheme PyTorch's inductor and Triton
-use for their kernels.
+use for their kernels. Where a driver already keeps such a cache (PoCL: source, options
+and device, both compile stages), an entry holds only the log: exporting a PoCL binary
+costs far more than building from its cache (docs/DECISIONS.md).
 
 Properties a user relies on:
 - Writes are atomic (a temporary file renamed into place): a killed process leaves either

@@ -16,6 +16,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from .build_log import BuildLog
+
 
 @dataclass(frozen=True, kw_only=True)
 class RuntimeCapabilities:
@@ -53,6 +55,10 @@ class RuntimeCapabilities:
 
 class Program(Protocol):
     """A compiled source: kernels are looked up by function name."""
+
+    #: What the compiler said while building it, captured by the runtime (never printed):
+    #: ``riftco backends --verbose`` lists it, a failed build raises it.
+    build_log: BuildLog
 
     def kernel(self, name: str) -> Any:
         """The launchable kernel ``name``; raise ``KernelCompileError`` if it is missing."""
