@@ -107,3 +107,37 @@ def test_captures_nest(capfd):
         os.write(2, b"outer\n")
     assert inner == ["inner"] and outer == ["outer"]
     assert capfd.readouterr().err == ""
+
+
+@needs_opencl
+def test_backends_verbose_lists_programs_with_their_logs(tmp_path, monkeypatch, capsys):
+    from riftco.cli import main
+    from riftco.kernels.cache import KernelCache
+
+    monkeypatch.setenv("RIFTCO_CACHE_DIR", str(tmp_path))
+    runtime = clrt.OpenCLRuntime(0)
+    runtime.compile(program_source("gelu", np.dtype(np.float32)), "gelu.cl [float32]")
+    # an entry whose compiler talked: one harmless line, one that is not
+    cache = clrt.kernel_cache(runtime.device)
+    assert isinstance(cache, KernelCache)
+    said = "k.cl:9:5: warning: unused variable 'x'\n1 warning generated."
+    cache.store(cache.key("other", []), b"", said, "other.cl [float32]", [])
+    assert main(["backends", "--verbose"]) == 0
+    out = capsys.readouterr().out
+    assert f"kernel cache: {cache.folder} (2 programs)" in out
+    assert f"gelu.cl [float32] on {runtime.device_name}: clean" in out
+    assert "other.cl [float32]: 1 notable, 1 known harmless" in out
+    assert "! k.cl:9:5: warning: unused variable 'x'" in out
+    assert "~ 1 warning generated.  [harmless: clang's count" in out
+    assert main(["backends"]) == 0
+    assert "kernel cache" not in capsys.readouterr().out  # only with --verbose
+
+
+@needs_opencl
+def test_failed_build_raises_with_the_log(capfd):
+    from riftco.errors import KernelCompileError
+
+    runtime = clrt.OpenCLRuntime(0)
+    with pytest.raises(KernelCompileError, match=r"(?s)broken\.cl on .*undeclared"):
+        runtime.compile("__kernel void k(__global float* x) { x[0] = y; }\n", "broken.cl")
+    assert capfd.readouterr().err == ""
