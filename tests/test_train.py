@@ -66,6 +66,8 @@ def test_resume_is_bit_exact(corpus, tmp_path):
 
 
 def test_ctrl_c_saves_a_checkpoint(corpus, tmp_path):
+    before = signal.getsignal(signal.SIGINT)  # pytest-xdist workers ignore SIGINT
+
     def interrupt(trainer, loss):
         if trainer.step == 3:
             os.kill(os.getpid(), signal.SIGINT)  # what Ctrl-C delivers
@@ -76,7 +78,7 @@ def test_ctrl_c_saves_a_checkpoint(corpus, tmp_path):
     assert result.interrupted and result.step == 3
     ckpt = riftco.train.checkpoint.load_checkpoint(tmp_path)
     assert ckpt.step == 3 and len(ckpt.meta["train_losses"]) == 3
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert signal.getsignal(signal.SIGINT) is before  # the caller's handler is back
 
 
 class NumpyCrossEntropy:
