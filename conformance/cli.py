@@ -16,6 +16,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 DEFAULT_MAX_EXAMPLES = 25  # mirrored in runner.py (importing it needs hypothesis)
 
 
@@ -42,6 +44,13 @@ def _parser() -> argparse.ArgumentParser:
         default="",
         metavar="PATTERNS",
         help="comma-separated op names or case-id globs, e.g. 'softmax*,matmul'",
+    )
+    p.add_argument(
+        "--dtypes",
+        default="",
+        metavar="LIST",
+        help="check only these float dtypes, e.g. 'float32' (default: every one the device "
+        "has); the other dtypes still serve the mixed-dtype error checks",
     )
     p.add_argument("--json", metavar="PATH", help="write the JSON report here")
     p.add_argument(
@@ -110,10 +119,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     run = RunSettings(max_examples=args.max_examples, seed=args.seed)
     patterns = [p.strip() for p in args.ops.split(",") if p.strip()]
+    only = [d.strip() for d in args.dtypes.split(",") if d.strip()]
     measure = args.throughput if args.throughput is not None else bool(args.html)
     settings: dict[str, Any] = {
         "max_examples": run.max_examples, "seed": run.seed, "derandomized": run.seed is None,
-        "ops": patterns, "strict": args.strict, "expectations": expectations.source,
+        "ops": patterns, "dtypes": only, "strict": args.strict, "expectations": expectations.source,
         "throughput": measure,
     }  # fmt: skip
     done: list[tuple[Target, list[CaseResult], float]] = []
@@ -138,6 +148,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     for target in targets:
         target.ops = patterns
         device = target.entry.devices()[target.index]
+        unknown = [d for d in only if d not in device.dtypes or np.dtype(d).kind != "f"]
+        if unknown:
+            print(
+                f"riftco conformance: --dtypes {','.join(unknown)}: {target.label} has float "
+                f"dtypes {', '.join(d for d in device.dtypes if d.startswith('float'))}",
+                file=sys.stderr,
+            )
+            return 2
+        target.only = tuple(np.dtype(d) for d in only)
         print(f"\n== {target.label}  {device.name}  dtypes: {', '.join(device.dtypes)}", file=out)
         if not args.quiet:
             print(header(), file=out)

@@ -42,6 +42,7 @@ class Target:
     backend: Any = None
     reference: Any = None
     ops: list[str] = field(default_factory=list)  # --ops patterns; empty: everything
+    only: tuple[np.dtype, ...] = ()  # --dtypes: the float dtypes checked; empty: all
 
     @property
     def label(self) -> str:
@@ -50,6 +51,10 @@ class Target:
     def float_dtypes(self) -> tuple[np.dtype, ...]:
         dts = sorted((d for d in self.backend.dtypes if np.dtype(d).kind == "f"), key=str)
         return tuple(np.dtype(d) for d in dts)
+
+    def checked_dtypes(self) -> tuple[np.dtype, ...]:
+        """The float dtypes whose cases run (``--dtypes``), in the device's order."""
+        return tuple(d for d in self.float_dtypes() if not self.only or d in self.only)
 
     def index_dtypes(self) -> tuple[np.dtype, ...]:
         dts = [np.dtype(d) for d in (np.int32, np.int64) if np.dtype(d) in self.backend.dtypes]
@@ -86,7 +91,7 @@ def plan(target: Target, run: RunSettings) -> list[PlannedCase]:
     assert cls is not None  # resolve() only returns available backends
     device = target.entry.devices()[target.index]
     planned = [PlannedCase("protocol", "protocol", partial(protocol_results, cls, backend, device))]
-    for dtype in target.float_dtypes():
+    for dtype in target.checked_dtypes():
         ctx = Ctx(dtype, target.float_dtypes(), target.index_dtypes())
         for unit in numeric_units():
             modes = [False]

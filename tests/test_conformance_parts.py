@@ -157,3 +157,18 @@ def test_conformance_extra_declares_hypothesis() -> None:
     meta = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
     extra = meta["project"]["optional-dependencies"]["conformance"]
     assert any(req.startswith("hypothesis") for req in extra)
+
+
+def test_dtypes_option_checks_only_those_dtypes(tmp_path, capsys):
+    from riftco.conformance import cli
+
+    out = tmp_path / "r.json"
+    assert cli.main(["cpu", "--dtypes", "float32", "--ops", "exp*,softmax", "--json", str(out),
+                     "--quiet"]) == 0  # fmt: skip
+    report = json.loads(out.read_text())
+    ids = [c["id"] for d in report["devices"] for c in d["cases"]]
+    assert "exp[float32]" in ids and any(i.startswith("softmax[float32") for i in ids)
+    assert not any("float64" in i for i in ids), ids
+    assert report["settings"]["dtypes"] == ["float32"]
+    assert cli.main(["cpu", "--dtypes", "int32", "--quiet"]) == 2
+    assert "--dtypes int32: cpu:0 has float dtypes float32, float64" in capsys.readouterr().err
