@@ -76,8 +76,8 @@ class KernelsByName(Generic[K]):
     (``cuModuleGetFunction`` and its attribute queries, ``clCreateKernel``), so the program
     keeps what it made. A runtime's program class says how one kernel is made
     (``_lookup``, which raises ``KernelCompileError`` for a name the source lacks) and
-    keeps its API's handle itself. Metal does not derive from it: metalcompute caches its
-    functions itself."""
+    keeps its API's handle itself. Metal's program does not derive from it: it looks a
+    function up on each call, and ``KernelBackend`` keeps what it got per backend."""
 
     def __init__(self, name: str, build_log: BuildLog) -> None:
         #: The source's name (``flash_attention.cl``), for error messages.
