@@ -202,3 +202,23 @@ def test_trainer_steps_all_parameters_in_one_call_per_optimizer(monkeypatch: Any
     assert sorted(c[0] for c in calls) == sorted([len(trainer.optimizers[0].params),
                                                   len(trainer.optimizers[1].params)])  # fmt: skip
     assert sum(c[0] for c in calls) == n and all(c[1] for c in calls)
+
+
+@pytest.mark.parametrize("minor", [0, 1])
+def test_protocol_1_0_and_1_1_backends_stay_valid_and_run_the_composite(minor: int) -> None:
+    from riftco.backends.cpu.backend import CPUBackend
+    from riftco.plugin_checks import protocol_problem, protocol_version_of
+
+    body = {"name": f"old{minor}", "protocol_version": (1, minor), "adam_update_multi": None}
+    old = type(f"Old{minor}", (CPUBackend,), body)
+    assert protocol_version_of(old) == ((1, minor), "") and protocol_problem(old) == ""
+    be = old()
+    assert not ops.is_native(be, "adam_update_multi")
+    rng = np.random.default_rng(2)
+    p0, g0 = rng.standard_normal((2, 6))
+    p, g, m, v = (be.from_numpy(a) for a in (p0, g0, np.zeros(6), np.zeros(6)))
+    norm = be.from_numpy(np.array(4.0))
+    ops.adam_update_multi([p], [g], [m], [v], step=1, grad_norm=norm, max_norm=2.0, **HYPER)
+    want = _reference(p0, g0, np.zeros(6), np.zeros(6), 1, 2.0 / (4.0 + 1e-6), **HYPER)
+    for t, w in zip((p, m, v), want, strict=True):
+        np.testing.assert_allclose(t.numpy(), w, rtol=1e-13, atol=1e-15)
