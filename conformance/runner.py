@@ -165,7 +165,10 @@ class NumericCase:
     def _inputs_unchanged(
         self, ex: Example, args: list[Any], inputs: list[Any], before: list[np.ndarray]
     ) -> None:
-        written = {id(args[i]) for i in self._written if i < len(args)}
+        written = set()
+        for i in self._written:  # a list argument (multi-tensor ops) writes each element
+            if i < len(args):
+                written |= {id(x) for x in args[i]} if isinstance(args[i], list) else {id(args[i])}
         for pos, (t, old) in enumerate(zip(inputs, before, strict=True)):
             if id(t) in written:
                 continue

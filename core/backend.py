@@ -15,8 +15,8 @@ Conventions shared by every method:
 * A backend may read a Tensor's ``shape``, ``strides``, ``offset``, ``dtype``, ``size``,
   ``nbytes``, ``is_dense`` and ``storage.buffer`` (its own buffer object); it builds results
   with :meth:`BackendBase.wrap`. Methods return new Tensors on the same backend, except the
-  in-place ones (``fill``, ``adam_update``). Core checks every result's metadata (count,
-  dtype, shape, a new tensor) on every call.
+  in-place ones (``fill``, ``adam_update``, ``adam_update_multi``). Core checks every
+  result's metadata (count, dtype, shape, a new tensor) on every call.
 * Masks (results of ``compare``, the ``cond`` of ``where``) have the operands' float dtype
   and hold exactly 1 or 0. Integer tensors reach a backend only as embedding ids and
   cross-entropy targets (int32 or int64, as it declares), as ``cast`` inputs and outputs,
@@ -25,8 +25,9 @@ Conventions shared by every method:
 * Fused operations are optional. A backend class that defines one runs it natively;
   otherwise core runs the op unit's composite, built from the primitives.
 
-Protocol version 1.1 (1.1 added the optional ``linear``/``linear_backward`` and
-``attention_qkv``/``attention_qkv_backward``; a 1.0 backend runs their composites). A change
+Protocol version 1.2 (1.1 added the optional ``linear``/``linear_backward`` and
+``attention_qkv``/``attention_qkv_backward``, 1.2 the optional ``adam_update_multi``; a
+1.0 or 1.1 backend runs the composites of what it lacks). A change
 that removes or alters a method bumps the major number; adding an optional fused op bumps
 the minor number.
 """
@@ -40,6 +41,7 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 import numpy as np
 
 from .ops.fused.adam import AdamMethods
+from .ops.fused.adam_multi import AdamMultiMethods
 from .ops.fused.attention import AttentionMethods
 from .ops.fused.attention_qkv import AttentionQKVMethods
 from .ops.fused.cross_entropy import CrossEntropyMethods
@@ -59,7 +61,7 @@ from .ops.primitive.select import COMPARE_OPS, SelectMethods  # noqa: F401  (re-
 from .ops.primitive.unary import UnaryMethods
 from .tensor import Tensor
 
-PROTOCOL_VERSION: tuple[int, int] = (1, 1)
+PROTOCOL_VERSION: tuple[int, int] = (1, 2)
 
 #: Every required method (a backend missing one is refused at load time), in unit order.
 PRIMITIVE_OPS: tuple[str, ...] = tuple(u.name for u in units() if u.kind != "fused")
@@ -145,6 +147,7 @@ class FusedBackend(
     AdamMethods,
     LinearMethods,
     AttentionQKVMethods,
+    AdamMultiMethods,
     Protocol,
 ):
     """The optional fused methods, for type checkers (a backend may define any subset)."""

@@ -18,6 +18,7 @@ import numpy as np
 from . import ops
 from .autograd import Variable
 from .errors import DTypeError, ShapeError
+from .ops.fused.adam_multi import CLIP_EPS
 from .tensor import Tensor
 
 
@@ -76,7 +77,8 @@ class SGD:
 
 
 class AdamW:
-    """Adam with decoupled weight decay, through ``ops.adam_update`` (native or composite)."""
+    """Adam with decoupled weight decay, through ``ops.adam_update_multi`` (native or
+    composite): one call per step for all parameters, gradient clipping optional inside."""
 
     def __init__(
         self,
@@ -93,8 +95,17 @@ class AdamW:
         self.weight_decay = float(weight_decay)
         self.state: list[dict[str, Any] | None] = [None] * len(self.params)
 
-    def step(self) -> None:
-        b1, b2 = self.betas
+    def step(self, *, grad_norm: Tensor | None = None, max_norm: float = 1.0) -> None:
+        """One AdamW step on every parameter that has a gradient.
+
+        ``grad_norm`` (what :func:`grad_norm` returns) clips inside the update: each
+        gradient is scaled by ``max_norm / max(grad_norm + 1e-6, max_norm)``, the scale
+        ``clip_grad_norm`` would apply, without a scaling pass and without rewriting
+        ``p.grad``. Parameters on one backend, in one dtype and at one step count (all of
+        them in a training run) take one ``adam_update_multi`` call; a backend without
+        the native op runs its composite (the scale from primitives, then ``adam_update``
+        per parameter)."""
+        groups: dict[tuple[int, Any, int], list[int]] = {}
         for i, p in enumerate(self.params):
             if p.grad is None:
                 continue
@@ -103,17 +114,26 @@ class AdamW:
             if st is None or st["m"].backend is not v.backend:
                 st = self.state[i] = {"m": _zeros(v), "v": _zeros(v), "step": 0}
             st["step"] += 1
-            ops.adam_update(
-                v,
-                p.grad,
-                st["m"],
-                st["v"],
+            groups.setdefault((id(v.backend), v.dtype, st["step"]), []).append(i)
+        b1, b2 = self.betas
+        for (_, _, step), idx in groups.items():
+            values = [self.params[i].value for i in idx]
+            grads = [_grad(self.params[i]) for i in idx]
+            states = [st for st in (self.state[i] for i in idx) if st is not None]
+            norm = None if grad_norm is None else _norm_on(grad_norm, values[0])
+            ops.adam_update_multi(
+                values,
+                grads,
+                [st["m"] for st in states],
+                [st["v"] for st in states],
                 self.lr,
                 b1,
                 b2,
                 self.eps,
                 self.weight_decay,
-                st["step"],
+                step,
+                norm,
+                max_norm,
             )
 
     def zero_grad(self) -> None:
@@ -181,46 +201,80 @@ def clip_grad_norm(params: Iterable[Variable], max_norm: float) -> Tensor:
     concatenation and the split back copy each gradient once, at the cost of two
     transient copies of all gradients). Gradients spread over several backends or dtypes
     need their partial norms summed on the host (one download each).
+
+    Clipping for AdamW is cheaper without this function: ``AdamW.step(grad_norm=
+    grad_norm(params), max_norm=...)`` applies the same scale inside the update (no
+    scaling pass, no split) and gives the same bits.
     """
     grads = [p for p in params if p.grad is not None]
     if not grads:
         return _host_scalar()
     if len({(id(_grad(p).backend), _grad(p).dtype) for p in grads}) > 1:
         return _clip_on_host(grads, max_norm)
-    sized = [p for p in grads if _grad(p).size]  # empty gradients have nothing to scale
-    pieces = [_grad(p).contiguous().reshape(-1) for p in sized]
-    if not pieces:
-        first = _grad(grads[0])
-        return ops.full_like(first, 0.0, ())  # the norm of nothing, on the device
-    flat = ops.concatenate_last_axis(pieces) if len(pieces) > 1 else pieces[0]
-    total = ops.sum(ops.mul(flat, flat))
-    norm = ops.sqrt(total)  # 0-d, on the device
-    limit = total.backend.allocate((), total.dtype)
-    total.backend.fill(limit, float(max_norm))
+    norm, flat, sized = _flat_norm(grads)
+    if flat is None:
+        return norm
+    limit = ops.full_like(norm, float(max_norm), ())
     # scale = max_norm / max(norm + eps, max_norm): exactly 1 below the limit
-    factor = ops.div(limit, ops.maximum(ops.add_scalar(norm, 1e-6), limit))
+    factor = ops.div(limit, ops.maximum(ops.add_scalar(norm, CLIP_EPS), limit))
     scaled = ops.mul(flat, factor.reshape((1,)).broadcast_to(flat.shape))
-    parts = ops.split_last_axis(scaled, [x.size for x in pieces]) if len(pieces) > 1 else [scaled]
+    sizes = [_grad(p).size for p in sized]
+    parts = ops.split_last_axis(scaled, sizes) if len(sized) > 1 else [scaled]
     for p, part in zip(sized, parts, strict=True):
         p.grad = part.reshape(_grad(p).shape)
     return norm
 
 
+def grad_norm(params: Iterable[Variable]) -> Tensor:
+    """The global L2 norm of the gradients, as ``clip_grad_norm`` computes it (same bits),
+    without scaling anything: a 0-d device tensor when every gradient lives on one backend
+    in one dtype (nothing is read back), else a float64 cpu scalar summed on the host."""
+    grads = [p for p in params if p.grad is not None]
+    if not grads:
+        return _host_scalar()
+    if len({(id(_grad(p).backend), _grad(p).dtype) for p in grads}) > 1:
+        return _host_scalar(_host_norm(grads))
+    return _flat_norm(grads)[0]
+
+
+def _flat_norm(grads: list[Variable]) -> tuple[Tensor, Tensor | None, list[Variable]]:
+    """``(norm, flat, sized)``: the norm on the device, the non-empty gradients
+    concatenated into one vector (None when there are none) and their Variables."""
+    sized = [p for p in grads if _grad(p).size]  # empty gradients have nothing to scale
+    pieces = [_grad(p).contiguous().reshape(-1) for p in sized]
+    if not pieces:
+        return ops.full_like(_grad(grads[0]), 0.0, ()), None, sized  # the norm of nothing
+    flat = ops.concatenate_last_axis(pieces) if len(pieces) > 1 else pieces[0]
+    return ops.sqrt(ops.sum(ops.mul(flat, flat))), flat, sized
+
+
+def _norm_on(norm: Tensor, like: Tensor) -> Tensor:
+    """``norm`` where ``like`` lives, in its dtype (one download only when it is not)."""
+    if norm.backend is like.backend and norm.dtype == like.dtype:
+        return norm
+    return ops.full_like(like, float(norm.item()), ())
+
+
 def _clip_on_host(grads: list[Variable], max_norm: float) -> Tensor:
     """Gradients on several backends or in several dtypes: one partial norm per group,
     summed on the host; each gradient is scaled where it lives."""
+    norm_value = _host_norm(grads)
+    scale = float(max_norm) / (norm_value + 1e-6)
+    if scale < 1.0:
+        for p in grads:
+            p.grad = ops.mul_scalar(_grad(p), scale)
+    return _host_scalar(norm_value)
+
+
+def _host_norm(grads: list[Variable]) -> float:
+    """One partial sum of squares per (backend, dtype), added up on the host."""
     totals: dict[tuple[int, Any], Tensor] = {}
     for p in grads:
         g = _grad(p)
         sq = ops.sum(ops.mul(g, g))
         key = (id(g.backend), g.dtype)
         totals[key] = sq if key not in totals else ops.add(totals[key], sq)
-    norm_value = math.sqrt(sum(float(t.item()) for t in totals.values()))
-    scale = float(max_norm) / (norm_value + 1e-6)
-    if scale < 1.0:
-        for p in grads:
-            p.grad = ops.mul_scalar(_grad(p), scale)
-    return _host_scalar(norm_value)
+    return math.sqrt(sum(float(t.item()) for t in totals.values()))
 
 
 def _grad(p: Variable) -> Tensor:

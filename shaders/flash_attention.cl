@@ -75,6 +75,29 @@ INLINE T fa_prob(T s, T lse) {
     return RIFTCO_ISNAN(lse) ? RIFTCO_NAN : (RIFTCO_ISNEGINF(lse) ? RIFTCO_INF : (T)0.0);
 }
 
+/* One visible score of the backward, rebuilt from tiles: P = exp(scale q_i . k_j - lse_i)
+ * (fa_prob) and dS = P (dO_i . v_j - drow_i). flash_backward_dkdv and flash_backward_dq
+ * both call this, so the two halves of the backward see the same P bit for bit. */
+typedef struct {
+    T p;
+    T ds;
+} FaGrad;
+
+INLINE FaGrad fa_no_grad(void) {
+    FaGrad g;
+    g.p = (T)0.0;
+    g.ds = (T)0.0;
+    return g;
+}
+
+INLINE FaGrad fa_grad(LOCAL_PTR const T* qi, LOCAL_PTR const T* kj, LOCAL_PTR const T* doi,
+                      LOCAL_PTR const T* vj, int D, T scale, T lse, T drow) {
+    FaGrad g;
+    g.p = fa_prob(fa_dot(qi, kj, D) * scale, lse);
+    g.ds = g.p * (fa_dot(doi, vj, D) - drow);
+    return g;
+}
+
 KERNEL void flash_forward(GLOBAL T* out ARG(0), GLOBAL T* lse ARG(1), GLOBAL const T* q ARG(2),
                           GLOBAL const T* k ARG(3), GLOBAL const T* v ARG(4),
                           GLOBAL const int* P ARG(5), GLOBAL const T* F ARG(6) THREAD_ARGS) {
@@ -95,10 +118,8 @@ KERNEL void flash_forward(GLOBAL T* out ARG(0), GLOBAL T* lse ARG(1), GLOBAL con
     int BK = FA_BK;
     int nqb = (Tn + BQ - 1) / BQ;
     for (int blk = GROUP_ID; blk < BH * nqb; blk += NUM_GROUPS) {
-        int bh = blk / nqb;
-        int q0 = (blk - bh * nqb) * BQ;
-        FaRows qr = fa_q_rows(P, bh), kr = fa_k_rows(P, bh);
-        FaRows vr = fa_v_rows(P, bh), orow = fa_out_rows(P, bh);
+        FaBlock b = fa_block(P, blk, nqb, BQ);
+        int q0 = b.r0;
         for (int e = LID; e < BQ * D; e += GROUP_SIZE) {
             acc[e] = (T)0.0;
         }
@@ -111,8 +132,8 @@ KERNEL void flash_forward(GLOBAL T* out ARG(0), GLOBAL T* lse ARG(1), GLOBAL con
         int k_end = causal ? q_end : Tn;
         for (int k0 = 0; k0 < k_end; k0 += BK) {
             BARRIER();
-            fa_stage(kt, k, kr, k0, BK, D, Tn, LID, GROUP_SIZE);
-            fa_stage(vt, v, vr, k0, BK, D, Tn, LID, GROUP_SIZE);
+            fa_stage(kt, k, b.k, k0, BK, D, Tn, LID, GROUP_SIZE);
+            fa_stage(vt, v, b.v, k0, BK, D, Tn, LID, GROUP_SIZE);
             BARRIER();
             for (int e = LID; e < BQ * BK; e += GROUP_SIZE) {
                 int r = e / BK;
@@ -121,7 +142,7 @@ KERNEL void flash_forward(GLOBAL T* out ARG(0), GLOBAL T* lse ARG(1), GLOBAL con
                 int j = k0 + c;
                 T s = (T)0.0; /* masked: never read as a score (fa_visible decides) */
                 if (fa_visible(i, j, Tn, causal)) {
-                    GLOBAL const T* qi = q + qr.base + (long)i * qr.ld;
+                    GLOBAL const T* qi = q + b.q.base + (long)i * b.q.ld;
                     T dot = (T)0.0;
                     for (int d = 0; d < D; d++) {
                         dot += qi[d] * kt[c * D + d];
@@ -173,7 +194,7 @@ KERNEL void flash_forward(GLOBAL T* out ARG(0), GLOBAL T* lse ARG(1), GLOBAL con
             int d = e - r * D;
             int i = q0 + r;
             if (i < Tn) {
-                out[orow.base + (long)i * orow.ld + d] =
+                out[b.o.base + (long)i * b.o.ld + d] =
                     crow[r] == RS_FINITE ? acc[e] / lrow[r] : RIFTCO_NAN;
             }
         }
@@ -181,8 +202,8 @@ KERNEL void flash_forward(GLOBAL T* out ARG(0), GLOBAL T* lse ARG(1), GLOBAL con
             int i = q0 + r;
             if (i < Tn) {
                 int cls = crow[r];
-                lse[(long)bh * Tn + i] = cls == RS_FINITE ? mrow[r] + PRECISE_LOG(lrow[r])
-                                         : (cls & RS_POISON ? RIFTCO_NAN : RIFTCO_NEGINF);
+                lse[b.rbase + i] = cls == RS_FINITE ? mrow[r] + PRECISE_LOG(lrow[r])
+                                   : (cls & RS_POISON ? RIFTCO_NAN : RIFTCO_NEGINF);
             }
         }
         BARRIER();
@@ -230,34 +251,30 @@ KERNEL void flash_backward_dkdv(GLOBAL T* dk ARG(0), GLOBAL T* dv ARG(1), GLOBAL
     int BC = FB_BC;
     int nkb = (Tn + BR - 1) / BR;
     for (int blk = GROUP_ID; blk < BH * nkb; blk += NUM_GROUPS) {
-        int bh = blk / nkb;
-        int k0 = (blk - bh * nkb) * BR;
-        long rbase = (long)bh * Tn;
-        FaRows qr = fa_q_rows(P, bh), kr = fa_k_rows(P, bh);
-        FaRows vr = fa_v_rows(P, bh), dor = fa_out_rows(P, bh);
-        fa_stage(kb, k, kr, k0, BR, D, Tn, LID, GROUP_SIZE);
-        fa_stage(vb, v, vr, k0, BR, D, Tn, LID, GROUP_SIZE);
-        fa_zero(dk, kr, k0, BR, D, Tn, LID, GROUP_SIZE);
-        fa_zero(dv, vr, k0, BR, D, Tn, LID, GROUP_SIZE);
+        FaBlock b = fa_block(P, blk, nkb, BR);
+        int k0 = b.r0;
+        fa_stage(kb, k, b.k, k0, BR, D, Tn, LID, GROUP_SIZE);
+        fa_stage(vb, v, b.v, k0, BR, D, Tn, LID, GROUP_SIZE);
+        fa_zero(dk, b.k, k0, BR, D, Tn, LID, GROUP_SIZE);
+        fa_zero(dv, b.v, k0, BR, D, Tn, LID, GROUP_SIZE);
         int i_start = causal ? (k0 / BC) * BC : 0;
         for (int i0 = i_start; i0 < Tn; i0 += BC) {
             BARRIER();
-            fa_stage(qt, q, qr, i0, BC, D, Tn, LID, GROUP_SIZE);
-            fa_stage(dot_t, dout, dor, i0, BC, D, Tn, LID, GROUP_SIZE);
+            fa_stage(qt, q, b.q, i0, BC, D, Tn, LID, GROUP_SIZE);
+            fa_stage(dot_t, dout, b.o, i0, BC, D, Tn, LID, GROUP_SIZE);
             BARRIER();
             for (int e = LID; e < BC * BR; e += GROUP_SIZE) {
                 int r = e / BR;
                 int c = e - r * BR;
                 int i = i0 + r;
                 int j = k0 + c;
-                T p = (T)0.0;
-                T ds = (T)0.0;
+                FaGrad g = fa_no_grad();
                 if (fa_visible(i, j, Tn, causal)) {
-                    p = fa_prob(fa_dot(qt + r * D, kb + c * D, D) * scale, lse[rbase + i]);
-                    ds = p * (fa_dot(dot_t + r * D, vb + c * D, D) - drow[rbase + i]);
+                    g = fa_grad(qt + r * D, kb + c * D, dot_t + r * D, vb + c * D, D, scale,
+                                lse[b.rbase + i], drow[b.rbase + i]);
                 }
-                pt[e] = p;
-                dst[e] = ds;
+                pt[e] = g.p;
+                dst[e] = g.ds;
             }
             BARRIER();
             for (int e = LID; e < BR * D; e += GROUP_SIZE) {
@@ -271,8 +288,8 @@ KERNEL void flash_backward_dkdv(GLOBAL T* dk ARG(0), GLOBAL T* dv ARG(1), GLOBAL
                         sdv += pt[r * BR + c] * dot_t[r * D + d];
                         sdk += dst[r * BR + c] * qt[r * D + d];
                     }
-                    dv[vr.base + (long)j * vr.ld + d] += sdv;
-                    dk[kr.base + (long)j * kr.ld + d] += scale * sdk;
+                    dv[b.v.base + (long)j * b.v.ld + d] += sdv;
+                    dk[b.k.base + (long)j * b.k.ld + d] += scale * sdk;
                 }
             }
         }
@@ -300,32 +317,29 @@ KERNEL void flash_backward_dq(GLOBAL T* dq ARG(0), GLOBAL const T* q ARG(1),
     int BC = FB_BC;
     int nqb = (Tn + BR - 1) / BR;
     for (int blk = GROUP_ID; blk < BH * nqb; blk += NUM_GROUPS) {
-        int bh = blk / nqb;
-        int q0 = (blk - bh * nqb) * BR;
-        long rbase = (long)bh * Tn;
-        FaRows qr = fa_q_rows(P, bh), kr = fa_k_rows(P, bh);
-        FaRows vr = fa_v_rows(P, bh), dor = fa_out_rows(P, bh);
-        fa_stage(qb, q, qr, q0, BR, D, Tn, LID, GROUP_SIZE);
-        fa_stage(dob, dout, dor, q0, BR, D, Tn, LID, GROUP_SIZE);
-        fa_zero(dq, qr, q0, BR, D, Tn, LID, GROUP_SIZE);
+        FaBlock b = fa_block(P, blk, nqb, BR);
+        int q0 = b.r0;
+        fa_stage(qb, q, b.q, q0, BR, D, Tn, LID, GROUP_SIZE);
+        fa_stage(dob, dout, b.o, q0, BR, D, Tn, LID, GROUP_SIZE);
+        fa_zero(dq, b.q, q0, BR, D, Tn, LID, GROUP_SIZE);
         int q_end = q0 + BR < Tn ? q0 + BR : Tn;
         int k_end = causal ? q_end : Tn;
         for (int k0 = 0; k0 < k_end; k0 += BC) {
             BARRIER();
-            fa_stage(kt, k, kr, k0, BC, D, Tn, LID, GROUP_SIZE);
-            fa_stage(vt, v, vr, k0, BC, D, Tn, LID, GROUP_SIZE);
+            fa_stage(kt, k, b.k, k0, BC, D, Tn, LID, GROUP_SIZE);
+            fa_stage(vt, v, b.v, k0, BC, D, Tn, LID, GROUP_SIZE);
             BARRIER();
             for (int e = LID; e < BR * BC; e += GROUP_SIZE) {
                 int r = e / BC;
                 int c = e - r * BC;
                 int i = q0 + r;
                 int j = k0 + c;
-                T ds = (T)0.0;
+                FaGrad g = fa_no_grad();
                 if (fa_visible(i, j, Tn, causal)) {
-                    T p = fa_prob(fa_dot(qb + r * D, kt + c * D, D) * scale, lse[rbase + i]);
-                    ds = p * (fa_dot(dob + r * D, vt + c * D, D) - drow[rbase + i]);
+                    g = fa_grad(qb + r * D, kt + c * D, dob + r * D, vt + c * D, D, scale,
+                                lse[b.rbase + i], drow[b.rbase + i]);
                 }
-                dst[e] = ds;
+                dst[e] = g.ds;
             }
             BARRIER();
             for (int e = LID; e < BR * D; e += GROUP_SIZE) {
@@ -337,7 +351,7 @@ KERNEL void flash_backward_dq(GLOBAL T* dq ARG(0), GLOBAL const T* q ARG(1),
                     for (int c = 0; c < BC; c++) {
                         acc += dst[r * BC + c] * kt[c * D + d];
                     }
-                    dq[qr.base + (long)i * qr.ld + d] += scale * acc;
+                    dq[b.q.base + (long)i * b.q.ld + d] += scale * acc;
                 }
             }
         }

@@ -28,10 +28,22 @@
 #include "flash_rows.h"
 #include "specials.h"
 
-/* What P = exp(s - lse) is for a row whose lse is not finite: NaN (lse NaN), inf (lse
- * -inf) or 0 (lse +inf), as IEEE arithmetic gives; decided on the loaded lse. */
-INLINE T fc_prob_special(T lse) {
-    return RIFTCO_ISNAN(lse) ? RIFTCO_NAN : (RIFTCO_ISNEGINF(lse) ? RIFTCO_INF : (T)0.0);
+/* A row's saved lse as both backward kernels use it: finite (then P = exp(s - lse)), or
+ * special, when every visible score of the row gets the P that IEEE arithmetic gives for
+ * s - lse: NaN (lse NaN), inf (lse -inf) or 0 (lse +inf), decided on the loaded lse. A
+ * special lse reads as 0 so that the clamped exps computed before the select stay finite. */
+typedef struct {
+    T lse;
+    int finite;
+    T special;
+} FcLse;
+
+INLINE FcLse fc_lse(T lse) {
+    FcLse e;
+    e.finite = RIFTCO_ISFINITE(lse);
+    e.special = RIFTCO_ISNAN(lse) ? RIFTCO_NAN : (RIFTCO_ISNEGINF(lse) ? RIFTCO_INF : (T)0.0);
+    e.lse = e.finite ? lse : (T)0.0;
+    return e;
 }
 
 #define FC_R FLASH_CPU_ROWS
@@ -145,12 +157,12 @@ KERNEL void flash_forward_rows(GLOBAL T* out ARG(0), GLOBAL T* lse ARG(1),
     T acc[FC_R][FLASH_MAX_HEAD_DIM];
     int nb = (Tn + FC_R - 1) / FC_R;
     for (int blk = GID; blk < BH * nb; blk += GLOBAL_SIZE) {
-        int bh = blk / nb;
-        int i0 = (blk - bh * nb) * FC_R;
+        FaBlock b = fa_block(P, blk, nb, FC_R);
+        int i0 = b.r0;
         int ld = P[FLASH_P_ROW_STRIDE];
-        GLOBAL const T* qb = q + fa_q_rows(P, bh).base;
-        GLOBAL const T* kb = k + fa_k_rows(P, bh).base;
-        GLOBAL const T* vb = v + fa_v_rows(P, bh).base;
+        GLOBAL const T* qb = q + b.q.base;
+        GLOBAL const T* kb = k + b.k.base;
+        GLOBAL const T* vb = v + b.v.base;
         int qi[FC_R];
         int kend[FC_R];
         T m[FC_R];
@@ -201,8 +213,8 @@ KERNEL void flash_forward_rows(GLOBAL T* out ARG(0), GLOBAL T* lse ARG(1),
         }
         UNROLL for (int r = 0; r < FC_R; r++) {
             if (i0 + r < Tn) {
-                long row = (long)bh * Tn + i0 + r;
-                long orow = fa_out_rows(P, bh).base + (long)(i0 + r) * P[FLASH_P_OUT_ROW_STRIDE];
+                long row = b.rbase + i0 + r;
+                long orow = b.o.base + (long)(i0 + r) * P[FLASH_P_OUT_ROW_STRIDE];
                 /* l >= 1 once a finite score was seen (its max contributes exp(0)) */
                 int normal = !poison[r] && l[r] > (T)0.0;
                 for (int d = 0; d < D; d++) {
@@ -229,14 +241,14 @@ KERNEL void flash_backward_dq_rows(GLOBAL T* dq ARG(0), GLOBAL const T* q ARG(1)
     T acc[FC_R][FLASH_MAX_HEAD_DIM];
     int nb = (Tn + FC_R - 1) / FC_R;
     for (int blk = GID; blk < BH * nb; blk += GLOBAL_SIZE) {
-        int bh = blk / nb;
-        int i0 = (blk - bh * nb) * FC_R;
-        long rbase = (long)bh * Tn;
+        FaBlock b = fa_block(P, blk, nb, FC_R);
+        int i0 = b.r0;
+        long rbase = b.rbase;
         int ld = P[FLASH_P_ROW_STRIDE], old = P[FLASH_P_OUT_ROW_STRIDE];
-        GLOBAL const T* qb = q + fa_q_rows(P, bh).base;
-        GLOBAL const T* dob = dout + fa_out_rows(P, bh).base;
-        GLOBAL const T* kb = k + fa_k_rows(P, bh).base;
-        GLOBAL const T* vb = v + fa_v_rows(P, bh).base;
+        GLOBAL const T* qb = q + b.q.base;
+        GLOBAL const T* dob = dout + b.o.base;
+        GLOBAL const T* kb = k + b.k.base;
+        GLOBAL const T* vb = v + b.v.base;
         int qi[FC_R];
         int kend[FC_R];
         T li[FC_R];
@@ -247,10 +259,10 @@ KERNEL void flash_backward_dq_rows(GLOBAL T* dq ARG(0), GLOBAL const T* q ARG(1)
         UNROLL for (int r = 0; r < FC_R; r++) {
             qi[r] = i0 + r < Tn ? i0 + r : Tn - 1;
             kend[r] = causal ? qi[r] + 1 : Tn;
-            li[r] = lse[rbase + qi[r]];
-            lfin[r] = RIFTCO_ISFINITE(li[r]);
-            lspec[r] = fc_prob_special(li[r]);
-            li[r] = lfin[r] ? li[r] : (T)0.0;
+            FcLse e = fc_lse(lse[rbase + qi[r]]);
+            li[r] = e.lse;
+            lfin[r] = e.finite;
+            lspec[r] = e.special;
             di[r] = drow[rbase + qi[r]];
             one[r] = (T)1.0;
             for (int d = 0; d < D; d++) {
@@ -285,7 +297,7 @@ KERNEL void flash_backward_dq_rows(GLOBAL T* dq ARG(0), GLOBAL const T* q ARG(1)
         }
         UNROLL for (int r = 0; r < FC_R; r++) {
             if (i0 + r < Tn) {
-                GLOBAL T* dqr = dq + fa_q_rows(P, bh).base + (long)(i0 + r) * ld;
+                GLOBAL T* dqr = dq + b.q.base + (long)(i0 + r) * ld;
                 for (int d = 0; d < D; d++) {
                     dqr[d] = scale * acc[r][d];
                 }
@@ -310,14 +322,14 @@ KERNEL void flash_backward_dkdv_rows(GLOBAL T* dk ARG(0), GLOBAL T* dv ARG(1),
     T accv[FC_R][FLASH_MAX_HEAD_DIM];
     int nb = (Tn + FC_R - 1) / FC_R;
     for (int blk = GID; blk < BH * nb; blk += GLOBAL_SIZE) {
-        int bh = blk / nb;
-        int j0 = (blk - bh * nb) * FC_R;
-        long rbase = (long)bh * Tn;
+        FaBlock b = fa_block(P, blk, nb, FC_R);
+        int j0 = b.r0;
+        long rbase = b.rbase;
         int ld = P[FLASH_P_ROW_STRIDE], old = P[FLASH_P_OUT_ROW_STRIDE];
-        GLOBAL const T* qb = q + fa_q_rows(P, bh).base;
-        GLOBAL const T* dob = dout + fa_out_rows(P, bh).base;
-        GLOBAL const T* kb = k + fa_k_rows(P, bh).base;
-        GLOBAL const T* vb = v + fa_v_rows(P, bh).base;
+        GLOBAL const T* qb = q + b.q.base;
+        GLOBAL const T* dob = dout + b.o.base;
+        GLOBAL const T* kb = k + b.k.base;
+        GLOBAL const T* vb = v + b.v.base;
         int kj[FC_R];
         T one[FC_R];
         UNROLL for (int r = 0; r < FC_R; r++) {
@@ -343,10 +355,10 @@ KERNEL void flash_backward_dkdv_rows(GLOBAL T* dk ARG(0), GLOBAL T* dv ARG(1),
             int lfin[FC_BK];
             T lspec[FC_BK];
             UNROLL for (int c = 0; c < FC_BK; c++) {
-                lc[c] = lse[rbase + idx[c]];
-                lfin[c] = RIFTCO_ISFINITE(lc[c]);
-                lspec[c] = fc_prob_special(lc[c]);
-                lc[c] = lfin[c] ? lc[c] : (T)0.0;
+                FcLse e = fc_lse(lse[rbase + idx[c]]);
+                lc[c] = e.lse;
+                lfin[c] = e.finite;
+                lspec[c] = e.special;
                 dc[c] = drow[rbase + idx[c]];
             }
             /* clamped exps, then selects (masked: 0; a query row with a special lse: its
@@ -371,8 +383,8 @@ KERNEL void flash_backward_dkdv_rows(GLOBAL T* dk ARG(0), GLOBAL T* dv ARG(1),
         }
         UNROLL for (int r = 0; r < FC_R; r++) {
             if (j0 + r < Tn) {
-                GLOBAL T* dkr = dk + fa_k_rows(P, bh).base + (long)(j0 + r) * ld;
-                GLOBAL T* dvr = dv + fa_v_rows(P, bh).base + (long)(j0 + r) * ld;
+                GLOBAL T* dkr = dk + b.k.base + (long)(j0 + r) * ld;
+                GLOBAL T* dvr = dv + b.v.base + (long)(j0 + r) * ld;
                 for (int d = 0; d < D; d++) {
                     dkr[d] = acck[r][d];
                     dvr[d] = accv[r][d];

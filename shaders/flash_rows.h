@@ -44,4 +44,28 @@ INLINE FaRows fa_out_rows(GLOBAL const int* P, int bh) {
     return fa_rows(P, FLASH_P_OUT_BATCH_STRIDE, P[FLASH_P_OUT_OFFSET], bh);
 }
 
+/* One block of a head's rows, as every flash kernel walks them: head bh, first row r0,
+ * where the head's T entries of lse and drow start (rbase = bh * T), and the head's rows
+ * of q, k, v (and of their gradients) and of out, dout. Block blk of the BH * nb blocks of
+ * `rows` rows (nb = ceil(T / rows)); the tiled and the CPU kernels share it so that both
+ * cut the grid the same way. */
+typedef struct {
+    int bh;
+    int r0;
+    long rbase;
+    FaRows q, k, v, o;
+} FaBlock;
+
+INLINE FaBlock fa_block(GLOBAL const int* P, int blk, int nb, int rows) {
+    FaBlock b;
+    b.bh = blk / nb;
+    b.r0 = (blk - b.bh * nb) * rows;
+    b.rbase = (long)b.bh * P[1];
+    b.q = fa_q_rows(P, b.bh);
+    b.k = fa_k_rows(P, b.bh);
+    b.v = fa_v_rows(P, b.bh);
+    b.o = fa_out_rows(P, b.bh);
+    return b;
+}
+
 #endif /* RIFTCO_FLASH_ROWS_H */

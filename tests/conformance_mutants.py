@@ -368,6 +368,43 @@ class AdamL2InsteadOfDecoupled(Base):
         super().adam_update(param, g, m, v, lr, beta1, beta2, eps, 0.0, step)
 
 
+class AdamMultiClipsMomentOnly(Base):
+    """The clip scale reaches the first moment but not the second (the update then moves
+    by ``s m / sqrt(v)`` instead of ``s m / (s sqrt(v))``): right whenever nothing clips."""
+
+    def adam_update_multi(self, params: Any, grads: Any, ms: Any, vs: Any, *hyper: Any) -> None:
+        *adam, norm, max_norm = hyper
+        if norm is None:
+            return super().adam_update_multi(params, grads, ms, vs, *hyper)
+        lr, b1, b2, eps, wd, step = adam
+        s = max_norm / max(float(view(norm)) + 1e-6, max_norm)
+        for p, g, m, v in zip(params, grads, ms, vs, strict=True):
+            pb, mb, vb = (t.storage.buffer[: t.size] for t in (p, m, v))
+            gv = view(g).reshape(-1)
+            mb[:] = b1 * mb + (1 - b1) * (s * gv)
+            vb[:] = b2 * vb + (1 - b2) * gv * gv  # BUG: the unscaled gradient
+            pb -= lr * (mb / (1 - b1**step) / (np.sqrt(vb / (1 - b2**step)) + eps) + wd * pb)
+
+
+class AdamMultiSkipsLastTensor(Base):
+    """A loop bound off by one: the last parameter keeps its value and moments."""
+
+    def adam_update_multi(self, params: Any, grads: Any, ms: Any, vs: Any, *hyper: Any) -> None:
+        if len(params) > 1:
+            params, grads, ms, vs = params[:-1], grads[:-1], ms[:-1], vs[:-1]
+        super().adam_update_multi(params, grads, ms, vs, *hyper)
+
+
+class AdamMultiNaNNormMeansNoClip(Base):
+    """A "robust" clip that treats a NaN norm as no clipping (NaN > max_norm is false)."""
+
+    def adam_update_multi(self, params: Any, grads: Any, ms: Any, vs: Any, *hyper: Any) -> None:
+        *adam, norm, max_norm = hyper
+        if norm is not None and math.isnan(float(view(norm))):
+            norm = None
+        super().adam_update_multi(params, grads, ms, vs, *adam, norm, max_norm)
+
+
 class LinearBiasOnFirstRowOnly(Base):
     """An epilogue that adds the bias to row 0 only (a loop bound from a 1-row test)."""
 
@@ -477,6 +514,9 @@ MUTANTS: list[tuple[type[Base], str]] = [
     (FlashBackwardDqDoubled, "flash_attention_backward"),
     (AdamWithoutBiasCorrection, "adam_update"),
     (AdamL2InsteadOfDecoupled, "adam_update"),
+    (AdamMultiClipsMomentOnly, "adam_update_multi"),
+    (AdamMultiSkipsLastTensor, "adam_update_multi"),
+    (AdamMultiNaNNormMeansNoClip, "adam_update_multi"),
     (DenseOnlyCopyIgnoresOffset, "copy_strided"),
     (LinearBiasOnFirstRowOnly, "linear"),
     (LinearBackwardBiasGradIsMean, "linear_backward"),

@@ -23,6 +23,7 @@ from riftco.ieee import LOUD, quiet
 from riftco.tensor import Storage, Tensor, dense_strides
 
 from .fused import FusedOps
+from .optim import OptimOps
 from .reductions import pairwise_sum
 
 _COMPARE = {
@@ -77,7 +78,7 @@ def _ieee(method: Callable[..., Any]) -> Callable[..., Any]:
     return run
 
 
-class CPUBackend(FusedOps, BackendBase):
+class CPUBackend(FusedOps, OptimOps, BackendBase):
     name: ClassVar[str] = "cpu"
     priority: ClassVar[int] = 0
     dtypes: ClassVar[frozenset[np.dtype]] = frozenset(
@@ -292,6 +293,6 @@ class CPUBackend(FusedOps, BackendBase):
 
 # Every fused op is several numpy expressions, any of which may overflow on huge inputs
 # (the primitives above use ``quiet`` where numpy can warn, and only there).
-for _name, _method in list(vars(FusedOps).items()):
+for _name, _method in [*vars(FusedOps).items(), *vars(OptimOps).items()]:
     if callable(_method) and not _name.startswith("_"):
         setattr(CPUBackend, _name, _ieee(_method))

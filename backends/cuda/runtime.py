@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 from riftco.errors import BackendUnavailableError, KernelCompileError
 from riftco.kernels.build_log import BuildLog
-from riftco.kernels.runtime import RuntimeCapabilities
+from riftco.kernels.runtime import KernelsByName, RuntimeCapabilities
 
 from . import compiler
 from .driver import CudaDriverError, DeviceProps, check, load, probe
@@ -203,22 +203,16 @@ def _device(index: int) -> _Device:
         return _devices[index]
 
 
-class CudaProgram:
+class CudaProgram(KernelsByName[CudaKernel]):
     """A loaded CUBIN module; kernels are looked up by their (``extern "C"``) names."""
 
     def __init__(self, runtime: CudaRuntime, module: Any, name: str, build_log: BuildLog) -> None:
+        super().__init__(name, build_log)
         self.runtime = runtime
         self.module = module
-        self.name = name
-        #: What NVRTC said while compiling it (shown by ``riftco backends --verbose``).
-        self.build_log = build_log
-        self._kernels: dict[str, CudaKernel] = {}
 
-    def kernel(self, name: str) -> CudaKernel:
-        k = self._kernels.get(name)
-        if k is None:
-            k = self._kernels[name] = self.runtime.load_kernel(self.module, name, self.name)
-        return k
+    def _lookup(self, name: str) -> CudaKernel:
+        return self.runtime.load_kernel(self.module, name, self.name)
 
 
 class CudaRuntime:

@@ -23,6 +23,7 @@ from typing import Any, ClassVar
 import numpy as np
 from riftco.backend import DeviceInfo
 from riftco.backends.cpu.backend import CPUBackend, view
+from riftco.ops.fused.adam_multi import CLIP_EPS
 from riftco.tensor import Storage, Tensor, dense_strides
 
 from . import blas, build
@@ -320,3 +321,35 @@ class NativeBackend(NativeAttention, NativePrimitives, CPUBackend):
             1.0 - beta1**step,
             1.0 - beta2**step,
         )
+
+    def adam_update_multi(
+        self,
+        params: list[Tensor],
+        grads: list[Tensor],
+        ms: list[Tensor],
+        vs: list[Tensor],
+        lr: float,
+        beta1: float,
+        beta2: float,
+        eps: float,
+        weight_decay: float,
+        step: int,
+        grad_norm: Tensor | None,
+        max_norm: float,
+    ) -> None:
+        """One C call over every tensor: one OpenMP team shares all their chunks, and the
+        clip scale is computed from the norm in C. params, ms and vs are dense and own
+        their storage (core's check); gradients may be views (this backend accepts them)."""
+        dtype = params[0].dtype
+        ctype = "float *[]" if dtype == np.float32 else "double *[]"
+        # the pointer cdata (and any dense copy _in made of a strided gradient) must stay
+        # referenced until the call returns: the pointer arrays hold bare addresses
+        held = [[self._in(t) for t in ts] for ts in (params, grads, ms, vs)]
+        ptrs = [self._ffi.new(ctype, h) for h in held]
+        sizes = np.array([p.size for p in params], dtype=np.int64)
+        norm = self._ffi.NULL if grad_norm is None else self._in(grad_norm)
+        status = self._fn("adam_update_multi", dtype)(
+            *ptrs, self._ffi.from_buffer("int64_t[]", sizes), len(params), lr, beta1, beta2,
+            eps, weight_decay, 1.0 - beta1**step, 1.0 - beta2**step, norm, max_norm, CLIP_EPS,
+        )  # fmt: skip
+        self._check(status, "adam_update_multi")

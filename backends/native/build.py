@@ -27,7 +27,13 @@ from typing import Any
 from riftco.kernels.cache import cache_root
 
 _HERE = Path(__file__).resolve().parent
-SOURCES = ("kernels.c", "kernels_blas.c", "kernels_layout.c", "kernels_attention.c")
+SOURCES = (
+    "kernels.c",
+    "kernels_blas.c",
+    "kernels_layout.c",
+    "kernels_attention.c",
+    "kernels_optim.c",
+)
 #: -fno-math-errno lets sqrt vectorise and -fno-trapping-math lets GCC if-convert the
 #: branch-free exp (selects instead of jumps); neither changes a result (Python never
 #: unmasks FP traps). No -march (clones instead, see kernels.c), no -ffast-math.
@@ -51,6 +57,9 @@ void cross_entropy_backward_{s}({t} *dloss, int64_t dloss_stride, {t} *logits, i
                                 {t} *lse, {t} *dl, int64_t n, int64_t V);
 void adam_update_{s}({t} *p, {t} *g, {t} *m, {t} *v, int64_t n, double lr, double b1,
                      double b2, double eps, double wd, double bc1, double bc2);
+int adam_update_multi_{s}({t} **p, {t} **g, {t} **m, {t} **v, int64_t *n, int64_t count,
+                          double lr, double b1, double b2, double eps, double wd, double bc1,
+                          double bc2, {t} *norm, double max_norm, double clip_eps);
 int attention_{s}({t} *q, {t} *k, {t} *v, int64_t *st, {t} *out, int64_t *ost, {t} *probs,
                   int64_t B, int64_t H, int64_t T, int64_t D, double scale, int causal);
 int attention_backward_{s}({t} *dout, {t} *q, {t} *k, {t} *v, int64_t *st, {t} *probs,

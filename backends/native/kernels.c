@@ -367,32 +367,7 @@ void F(cross_entropy_backward)(const T *dloss, int64_t dloss_stride, const T *lo
     }
 }
 
-/* -- AdamW -------------------------------------------------------------------------- */
-RIFT_CLONES static void F(adam_chunk)(T *p, const T *g, T *m, T *v, int64_t n, T lr, T b1,
-                                      T b2, T eps, T wd, T bc1, T bc2) {
-    RIFT_SIMD
-    for (int64_t i = 0; i < n; i++) {
-        T gi = g[i];
-        T mi = b1 * m[i] + ((T)1 - b1) * gi;
-        T vi = b2 * v[i] + ((T)1 - b2) * gi * gi;
-        m[i] = mi;
-        v[i] = vi;
-        T upd = (mi / bc1) / (RIFT_SQRT(vi / bc2) + eps);
-        p[i] = p[i] - lr * (upd + wd * p[i]);
-    }
-}
-
-void F(adam_update)(T *p, const T *g, T *m, T *v, int64_t n, double lr, double b1, double b2,
-                    double eps, double wd, double bc1, double bc2) {
-    int64_t chunks = (n + RIFT_CHUNK - 1) / RIFT_CHUNK;
-    RIFT_PRAGMA(omp parallel for schedule(static) if (n > RIFT_PAR_ROWS))
-    for (int64_t c = 0; c < chunks; c++) {
-        int64_t lo = c * RIFT_CHUNK, hi = lo + RIFT_CHUNK < n ? lo + RIFT_CHUNK : n;
-        F(adam_chunk)(p + lo, g + lo, m + lo, v + lo, hi - lo, (T)lr, (T)b1, (T)b2, (T)eps,
-                      (T)wd, (T)bc1, (T)bc2);
-    }
-}
-
+#include "kernels_optim.c"
 #include "kernels_layout.c"
 #include "kernels_attention.c"
 

@@ -23,7 +23,7 @@ import numpy as np
 from riftco.errors import BackendUnavailableError, KernelCompileError
 from riftco.kernels.build_log import BuildLog, capture_compiler_output
 from riftco.kernels.cache import KernelCache, cache_enabled
-from riftco.kernels.runtime import RuntimeCapabilities
+from riftco.kernels.runtime import KernelsByName, RuntimeCapabilities
 
 from .pocl import cpu_rank, pocl_version
 
@@ -179,26 +179,21 @@ def _context(index: int, device: Any) -> tuple[Any, Any]:
         return _contexts[index]
 
 
-class OpenCLProgram:
-    def __init__(self, program: Any, name: str, device_name: str, build_log: BuildLog) -> None:
-        self.program = program
-        self.name = name
-        self.device_name = device_name
-        #: What the compiler said while building it (shown by ``riftco backends -v``).
-        self.build_log = build_log
-        self._kernels: dict[str, Any] = {}
+class OpenCLProgram(KernelsByName[Any]):
+    """A built ``cl.Program``; each ``cl.Kernel`` is made once and its arguments set per launch."""
 
-    def kernel(self, name: str) -> Any:
-        k = self._kernels.get(name)
-        if k is None:
-            try:
-                k = self._kernels[name] = cl.Kernel(self.program, name)
-            except cl.Error as exc:
-                raise KernelCompileError(
-                    f"[compile] kernel {name!r} not found in {self.name} on {self.device_name}: "
-                    f"{exc}"
-                ) from None
-        return k
+    def __init__(self, program: Any, name: str, device_name: str, build_log: BuildLog) -> None:
+        super().__init__(name, build_log)
+        self.program = program
+        self.device_name = device_name
+
+    def _lookup(self, name: str) -> Any:
+        try:
+            return cl.Kernel(self.program, name)
+        except cl.Error as exc:
+            raise KernelCompileError(
+                f"[compile] kernel {name!r} not found in {self.name} on {self.device_name}: {exc}"
+            ) from None
 
 
 class OpenCLRuntime:

@@ -2,7 +2,8 @@
 
 ``FusedKernels`` gathers one mixin per fused op family, each in its own module named as
 the op unit it implements (``fused_gelu.py`` for ``riftco.ops.fused.gelu``, ...; AdamW
-lives with the primitives, in ``primitives.py``). The mixins need only what
+lives with the primitives, in ``primitives.py``; its multi-tensor form in
+``fused_adam_multi.py``). The mixins need only what
 ``host.KernelHost`` declares: ``empty``, ``fill``, ``launch``, the products, ``sum`` and
 the runtime's capabilities. Defining a method in one of them makes that fused op native
 on every kernel backend (OpenCL, Metal, CUDA, and any runtime added later). Every launch is
@@ -11,6 +12,7 @@ asynchronous: no method reads a result back.
 
 from __future__ import annotations
 
+from .fused_adam_multi import AdamMultiKernels
 from .fused_attention import AttentionKernels
 from .fused_attention_qkv import AttentionQkvKernels
 from .fused_cross_entropy import CrossEntropyKernels
@@ -35,5 +37,6 @@ class FusedKernels(
     AttentionKernels,
     FlashAttentionKernels,
     AttentionQkvKernels,
+    AdamMultiKernels,
 ):
     """Native fused ops for kernel backends (semantics: each op unit in ``riftco.ops.fused``)."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
@@ -63,6 +63,37 @@ class Program(Protocol):
     def kernel(self, name: str) -> Any:
         """The launchable kernel ``name``; raise ``KernelCompileError`` if it is missing."""
         ...
+
+
+K = TypeVar("K")
+
+
+class KernelsByName(Generic[K]):
+    """A compiled program that makes each of its kernel objects once, on first use.
+
+    The CUDA and OpenCL runtimes share one compiled program among every backend instance
+    of a device and source, and looking a kernel up is a driver call
+    (``cuModuleGetFunction`` and its attribute queries, ``clCreateKernel``), so the program
+    keeps what it made. A runtime's program class says how one kernel is made
+    (``_lookup``, which raises ``KernelCompileError`` for a name the source lacks) and
+    keeps its API's handle itself. Metal's program does not derive from it: it looks a
+    function up on each call, and ``KernelBackend`` keeps what it got per backend."""
+
+    def __init__(self, name: str, build_log: BuildLog) -> None:
+        #: The source's name (``flash_attention.cl``), for error messages.
+        self.name = name
+        #: What the compiler said while building it (shown by ``riftco backends -v``).
+        self.build_log = build_log
+        self._kernels: dict[str, K] = {}
+
+    def kernel(self, name: str) -> K:
+        k = self._kernels.get(name)
+        if k is None:
+            k = self._kernels[name] = self._lookup(name)
+        return k
+
+    def _lookup(self, name: str) -> K:
+        raise NotImplementedError
 
 
 @runtime_checkable

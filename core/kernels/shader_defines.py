@@ -23,6 +23,9 @@ FLASH_BLOCK_ROWS: Final = 16
 FLASH_CPU_ROWS: Final = 2
 #: Digit width of the embedding backward's radix sort (shaders/embedding.cl).
 RADIX_BITS: Final = 8
+#: Tensors one launch of ``adamw_multi`` (shaders/adam.cl) updates: four buffers each
+#: plus the norm, ``P`` and ``F`` make 27 bound buffers, within Metal's 31.
+ADAM_SEGMENTS: Final = 6
 #: Index in the flash kernels' integer parameters ``P`` of the first row-layout field,
 #: after ``[BH, T, D, causal]``.
 FLASH_LAYOUT_AT: Final = 4
@@ -70,6 +73,7 @@ def shader_defines() -> dict[str, int]:
         "FLASH_BLOCK_ROWS": FLASH_BLOCK_ROWS,
         "FLASH_CPU_ROWS": FLASH_CPU_ROWS,
         "RADIX_BITS": RADIX_BITS,
+        "ADAM_SEGMENTS": ADAM_SEGMENTS,
     }
     for i, field in enumerate(FlashRows._fields):
         defines[f"FLASH_P_{field.upper()}"] = FLASH_LAYOUT_AT + i

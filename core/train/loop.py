@@ -35,7 +35,7 @@ from ..device import Device
 from ..device import device as as_device
 from ..errors import DomainError, RiftcoError
 from ..nn import GPT
-from ..optim import AdamW, clip_grad_norm
+from ..optim import AdamW, grad_norm
 from ..tensor import Tensor
 from . import restore
 from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
@@ -205,11 +205,12 @@ class Trainer:
         lr = lr_at(self.step, self.cfg.lr, self.cfg.warmup, self.cfg.steps, self.cfg.min_lr_ratio)
         logits = self.model(self._upload(x))  # (B*T, V)
         loss = self.head.loss_and_backward(logits, self._upload(y.reshape(-1)))
-        if self.cfg.grad_clip > 0:
-            clip_grad_norm(self.params, self.cfg.grad_clip)
+        # Clipping inside the update: the norm stays on the device and both optimizers
+        # scale by it as they step (the bits clip_grad_norm + step gave, minus its passes).
+        norm = grad_norm(self.params) if self.cfg.grad_clip > 0 else None
         for opt in self.optimizers:
             opt.lr = lr
-            opt.step()
+            opt.step(grad_norm=norm, max_norm=self.cfg.grad_clip)
         self.step += 1
         value = float(loss.item())
         self.train_losses.append((self.step, value))

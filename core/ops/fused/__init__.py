@@ -10,7 +10,7 @@ import importlib
 
 MODULES: tuple[str, ...] = (
     "gelu", "softmax", "layer_norm", "embedding", "cross_entropy", "attention",
-    "flash_attention", "adam", "linear", "attention_qkv",
+    "flash_attention", "adam", "linear", "attention_qkv", "adam_multi",
 )  # fmt: skip
 
 for _name in MODULES:
