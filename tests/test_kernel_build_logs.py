@@ -110,11 +110,11 @@ def test_captures_nest(capfd):
 
 
 @needs_opencl
-def test_backends_verbose_lists_programs_with_their_logs(tmp_path, monkeypatch, capsys):
+def test_backends_verbose_lists_programs_with_their_logs(tmp_path, monkeypatch, capsys, registry):
     from riftco.cli import main
     from riftco.kernels.cache import KernelCache
 
-    monkeypatch.setenv("RIFTCO_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("RIFTCO_CACHE_DIR", str(tmp_path))  # before the fresh registry lists
     runtime = clrt.OpenCLRuntime(0)
     runtime.compile(program_source("gelu", np.dtype(np.float32)), "gelu.cl [float32]")
     # an entry whose compiler talked: one harmless line, one that is not

@@ -29,7 +29,7 @@ from plugin_fakes import (
     write_dist,
 )
 from riftco import plugins
-from riftco.backend import PRIMITIVE_OPS, Capabilities, DeviceInfo
+from riftco.backend import PRIMITIVE_OPS, PROTOCOL_VERSION, Capabilities, DeviceInfo
 from riftco.backends.cpu.backend import CPUBackend
 from riftco.cli import main
 from riftco.errors import BackendUnavailableError, PluginError, RiftcoError
@@ -202,7 +202,8 @@ CASES = [
     Case("protocol-str", hook([backend("bk-proto-str", protocol_version="1.0")]),
          "bk-proto-str", r"protocol_version = '1\.0' \(str\)"),
     Case("protocol-major", hook([backend("bk-proto-2", protocol_version=(2, 0))]),
-         "bk-proto-2", r"implements protocol 2\.0 but riftco speaks protocol 1\.1"),
+         "bk-proto-2", r"implements protocol 2\.0 but riftco speaks protocol "
+         + r"\.".join(map(str, PROTOCOL_VERSION))),
     Case("priority-str", hook([backend("bk-priority", priority="high")]), "bk-priority",
          r"priority = 'high' \(str\); expected an int"),
     Case("missing-primitive", hook([backend("bk-no-matmul", matmul=None)]), "bk-no-matmul",
