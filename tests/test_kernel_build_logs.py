@@ -116,7 +116,9 @@ def test_backends_verbose_lists_programs_with_their_logs(tmp_path, monkeypatch, 
 
     monkeypatch.setenv("RIFTCO_CACHE_DIR", str(tmp_path))  # before the fresh registry lists
     runtime = clrt.OpenCLRuntime(0)
-    runtime.compile(program_source("gelu", np.dtype(np.float32)), "gelu.cl [float32]")
+    # a source no earlier test built in this process (the in-process table would answer)
+    source = program_source("gelu", np.dtype(np.float32)) + f"\n/* {tmp_path.name} */\n"
+    runtime.compile(source, "gelu.cl [float32]")
     # an entry whose compiler talked: one harmless line, one that is not
     cache = clrt.kernel_cache(runtime.device)
     assert isinstance(cache, KernelCache)
