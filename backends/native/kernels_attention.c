@@ -89,6 +89,29 @@ static void F(transpose)(const T *x, int64_t xt, T *out, int64_t n, int64_t D) {
         for (int64_t d = 0; d < D; d++) out[d * n + j] = x[j * xt + d];
 }
 
+/* out[d * ld + j] = x[j * xt + d] for j < n, d < D. Goes through RIFT_NR x RIFT_NR blocks
+ * held in a local tile, so the strided side of the copy stays within a few cache lines
+ * (the plain loop above stores with a stride of n elements, which the flash backward's
+ * profile showed at 12% of its time for T = 64). */
+RIFT_CLONES static void F(transpose_ld)(const T *x, int64_t xt, T *out, int64_t ld, int64_t n,
+                                        int64_t D) {
+    T tile[RIFT_NR][RIFT_NR];
+    int64_t j = 0;
+    for (; j + RIFT_NR <= n; j += RIFT_NR) {
+        int64_t d = 0;
+        for (; d + RIFT_NR <= D; d += RIFT_NR) {
+            for (int a = 0; a < RIFT_NR; a++)
+                for (int c = 0; c < RIFT_NR; c++) tile[c][a] = x[(j + a) * xt + d + c];
+            for (int c = 0; c < RIFT_NR; c++)
+                for (int a = 0; a < RIFT_NR; a++) out[(d + c) * ld + j + a] = tile[c][a];
+        }
+        for (; d < D; d++)
+            for (int a = 0; a < RIFT_NR; a++) out[d * ld + j + a] = x[(j + a) * xt + d];
+    }
+    for (; j < n; j++)
+        for (int64_t d = 0; d < D; d++) out[d * ld + j] = x[j * xt + d];
+}
+
 /* Softmax of scale * s[0..n) in place, zeros in [n, full). */
 RIFT_CLONES static void F(scaled_softmax)(T *s, int64_t n, int64_t full, T scale) {
     T m = -INFINITY;
@@ -215,32 +238,15 @@ int F(attention_backward)(const T *dout, const T *q, const T *k, const T *v, con
 }
 
 /* -- flash: key blocks with an online softmax; scratch is one RIFT_QB x block tile ---- */
-/* One row of a score tile: mask past `valid`, rescale the running (max m, sum l, acc o)
- * to the new max, and leave the block's unnormalised probabilities in s. A fully masked
- * prefix keeps m = -inf without producing NaN. */
-RIFT_CLONES static void F(online_row)(T *s, int64_t valid, int64_t n, T scale, T *m, T *l,
-                                      T *o, int64_t D) {
-    T bm = -INFINITY;
-    RIFT_SIMD_MAX(bm)
-    for (int64_t j = 0; j < valid; j++) {
-        s[j] *= scale;
-        bm = s[j] > bm ? s[j] : bm;
-    }
-    T mn = bm > *m ? bm : *m;
-    T safe = mn == -INFINITY ? (T)0 : mn;
-    T corr = *m == -INFINITY ? (T)0 : RIFT_EXP(*m - safe);
-    T ps = 0;
-    RIFT_SIMD_SUM(ps)
-    for (int64_t j = 0; j < valid; j++) {
-        s[j] = RIFT_EXP(s[j] - safe);
-        ps += s[j];
-    }
-    for (int64_t j = valid; j < n; j++) s[j] = 0;
-    *l = *l * corr + ps;
-    RIFT_SIMD
-    for (int64_t d = 0; d < D; d++) o[d] *= corr;
-    *m = mn;
-}
+/* The per-tile softmax work is organised so that its cost stays small next to the two
+ * GEMMs even for short rows (T = 64 is one key block): profiling the earlier per-row
+ * version showed 30% of the forward in it, mostly per-row fixed costs (a serial
+ * horizontal sum, a scalar exp for the rescale factor, scalar tails on the diagonal).
+ * Here every row is swept in whole RIFT_NR-wide chunks with the mask applied by a select
+ * (no scalar tail), the running sum l is kept as RIFT_NR lane partials (reduced once per
+ * query tile, not once per block), and the rescale factors of all rows are one vector
+ * exp. The order of every sum is fixed by the code, so results do not depend on threads.
+ */
 
 static int64_t F(valid_keys)(int causal, int64_t i, int64_t j0, int64_t n) {
     if (!causal) return n;
@@ -248,15 +254,86 @@ static int64_t F(valid_keys)(int causal, int64_t i, int64_t j0, int64_t n) {
     return v < 0 ? 0 : (v > n ? n : v);
 }
 
+/* Columns [0, n) rounded up to whole RIFT_NR chunks; the score tile's row stride is a
+ * multiple of RIFT_NR, so the padding stays inside the row (its values are never used). */
+static int64_t F(chunks)(int64_t n) { return (n + RIFT_NR - 1) / RIFT_NR * RIFT_NR; }
+
+/* Sum of RIFT_NR lane partials, pairwise in a fixed order. */
+static T F(lane_sum)(const T *x) {
+    T t[RIFT_NR];
+    for (int jj = 0; jj < RIFT_NR; jj++) t[jj] = x[jj];
+    for (int w = RIFT_NR / 2; w >= 1; w /= 2)
+        for (int jj = 0; jj < w; jj++) t[jj] += t[jj + w];
+    return t[0];
+}
+
+/* One key block of the online softmax for a tile of mq query rows (first row i0): s holds
+ * the raw scores q.k (row stride ls, n columns from key j0). Leaves exp(scale s - m) in s
+ * (0 where masked), updates the running max m[r] and the lane partial sums
+ * lanes[r * RIFT_NR ..], and rescales the accumulated output rows o (stride lo) by
+ * exp(m_old - m_new), unless `first` (o is then overwritten by the caller's GEMM). A row
+ * with no valid key so far keeps m = -inf without producing NaN. */
+RIFT_CLONES static void F(online_tile)(T *s, int64_t ls, int64_t mq, int64_t n, int64_t i0,
+                                       int64_t j0, int causal, T scale, T *m, T *lanes, T *o,
+                                       int64_t lo, int64_t D, int first) {
+    T mnew[RIFT_QB], corr[RIFT_QB];
+    int64_t np = F(chunks)(n);
+    for (int64_t r = 0; r < mq; r++) { /* block max of the scaled scores (exact in any order) */
+        const T *x = s + r * ls;
+        int64_t valid = F(valid_keys)(causal, i0 + r, j0, n);
+        T bm = -INFINITY;
+        RIFT_SIMD_MAX(bm)
+        for (int64_t j = 0; j < np; j++) {
+            T y = j < valid ? x[j] * scale : -INFINITY;
+            bm = y > bm ? y : bm;
+        }
+        mnew[r] = bm > m[r] ? bm : m[r];
+    }
+    RIFT_SIMD
+    for (int64_t r = 0; r < mq; r++) { /* all rows' rescale factors: one vector exp */
+        T safe = mnew[r] == -INFINITY ? (T)0 : mnew[r];
+        corr[r] = m[r] == -INFINITY ? (T)0 : RIFT_EXP(m[r] - safe);
+        m[r] = mnew[r];
+    }
+    for (int64_t r = 0; r < mq; r++) {
+        T *x = s + r * ls, *acc = lanes + r * RIFT_NR, c = corr[r];
+        T safe = m[r] == -INFINITY ? (T)0 : m[r];
+        int64_t valid = F(valid_keys)(causal, i0 + r, j0, n);
+        if (first)
+            for (int jj = 0; jj < RIFT_NR; jj++) acc[jj] = 0;
+        else
+            for (int jj = 0; jj < RIFT_NR; jj++) acc[jj] *= c;
+        for (int64_t j = 0; j < np; j += RIFT_NR) {
+            for (int jj = 0; jj < RIFT_NR; jj++) {
+                T e = RIFT_EXP(x[j + jj] * scale - safe);
+                e = j + jj < valid ? e : (T)0; /* a select: garbage past n never leaks */
+                x[j + jj] = e;
+                acc[jj] += e;
+            }
+        }
+        if (!first) {
+            T *orow = o + r * lo;
+            RIFT_SIMD
+            for (int64_t d = 0; d < D; d++) orow[d] *= c;
+        }
+    }
+}
+
 int F(flash_attention)(const T *q, const T *k, const T *v, const int64_t *st, T *out,
                        const int64_t *ost, T *lse, int64_t B, int64_t H, int64_t Tn, int64_t D,
                        double scale, int causal) {
     const int64_t BK = RIFT_FLASH_BLOCK;
+    /* K^T's row stride, padded by one chunk: with T a multiple of 1024 an unpadded stride
+     * is a multiple of 4 KiB and the D rows a GEMM step reads alias in L1 (T = 1024 ran
+     * slower than the materialised kernel for this alone). */
+    const int64_t lk = Tn + RIFT_NR;
     int failed = 0;
     RIFT_PRAGMA(omp parallel if (B * H * Tn * Tn * D > RIFT_PAR_MIN))
     {
-        T *kt = (T *)rift_alloc(sizeof(T) * (size_t)(D * Tn + RIFT_QB * (BK + 2)));
+        T *kt = (T *)rift_alloc(sizeof(T) * (size_t)(D * lk + RIFT_QB * (BK + RIFT_NR + 1)));
         if (!kt) failed = 1;
+        else /* the chunk padding of a score row is read (then masked): keep it defined */
+            memset(kt + D * lk, 0, sizeof(T) * (size_t)(RIFT_QB * BK));
         RIFT_PRAGMA(omp for schedule(static))
         for (int64_t bh = 0; bh < B * H; bh++) {
             if (!kt) continue;
@@ -265,24 +342,25 @@ int F(flash_attention)(const T *q, const T *k, const T *v, const int64_t *st, T 
             const T *vb = RIFT_AT(v, st + 6, b, h);
             int64_t qt = st[2], vst = st[8], lo = ost[2];
             T *ob = RIFT_AT(out, ost, b, h);
-            T *s = kt + D * Tn, *mx = s + RIFT_QB * BK, *l = mx + RIFT_QB;
-            F(transpose)(kb, st[5], kt, Tn, D);
+            T *s = kt + D * lk, *lanes = s + RIFT_QB * BK, *mx = lanes + RIFT_QB * RIFT_NR;
+            F(transpose_ld)(kb, st[5], kt, lk, Tn, D);
             for (int64_t i0 = 0; i0 < Tn; i0 += RIFT_QB) {
                 int64_t mq = F(min64)(RIFT_QB, Tn - i0), end = causal ? i0 + mq : Tn;
                 T *o = ob + i0 * lo;
-                for (int64_t r = 0; r < mq; r++) memset(o + r * lo, 0, sizeof(T) * (size_t)D);
-                for (int64_t r = 0; r < mq; r++) mx[r] = -INFINITY, l[r] = 0;
+                for (int64_t r = 0; r < mq; r++) mx[r] = -INFINITY;
                 for (int64_t j0 = 0; j0 < end; j0 += BK) {
                     int64_t n = F(min64)(BK, end - j0);
-                    F(gemm)(mq, n, D, qb + i0 * qt, qt, 1, kt + j0, Tn, s, BK, 0);
-                    for (int64_t r = 0; r < mq; r++)
-                        F(online_row)(s + r * BK, F(valid_keys)(causal, i0 + r, j0, n), n,
-                                      (T)scale, mx + r, l + r, o + r * lo, D);
-                    F(gemm)(mq, D, n, s, BK, 1, vb + j0 * vst, vst, o, lo, 1);
+                    F(gemm)(mq, n, D, qb + i0 * qt, qt, 1, kt + j0, lk, s, BK, 0);
+                    F(online_tile)(s, BK, mq, n, i0, j0, causal, (T)scale, mx, lanes, o, lo, D,
+                                   j0 == 0);
+                    F(gemm)(mq, D, n, s, BK, 1, vb + j0 * vst, vst, o, lo, j0 != 0);
                 }
                 for (int64_t r = 0; r < mq; r++) {
-                    for (int64_t d = 0; d < D; d++) o[r * lo + d] /= l[r];
-                    lse[bh * Tn + i0 + r] = mx[r] + RIFT_LOG(l[r]);
+                    T l = F(lane_sum)(lanes + r * RIFT_NR), inv = (T)1 / l;
+                    T *orow = o + r * lo;
+                    RIFT_SIMD
+                    for (int64_t d = 0; d < D; d++) orow[d] *= inv;
+                    lse[bh * Tn + i0 + r] = mx[r] + RIFT_LOG(l);
                 }
             }
         }
@@ -292,16 +370,36 @@ int F(flash_attention)(const T *q, const T *k, const T *v, const int64_t *st, T 
 }
 
 /* dS tile from the rebuilt probabilities: p = exp(scale s - lse) (0 when masked), then
- * ds = scale p (dp - rowsum(dO * O)). */
+ * ds = scale p (dp - rowsum(dO * O)). Swept in whole chunks with the mask as a select, like
+ * online_tile (no scalar tail on the diagonal block). */
 RIFT_CLONES static void F(flash_ds_row)(T *p, T *dp, int64_t valid, int64_t n, T scale, T lse,
                                         T di) {
+    int64_t np = F(chunks)(n);
     RIFT_SIMD
-    for (int64_t j = 0; j < valid; j++) {
+    for (int64_t j = 0; j < np; j++) {
         T pj = RIFT_EXP(p[j] * scale - lse);
+        pj = j < valid ? pj : (T)0;
         p[j] = pj;
         dp[j] = scale * (pj * (dp[j] - di));
     }
-    for (int64_t j = valid; j < n; j++) p[j] = dp[j] = 0;
+}
+
+/* di[r] = dO[r] . O[r] for the mq rows of a query tile (row strides dt, ot), in lane
+ * partials plus one pairwise reduction (an `omp simd` sum reduced serially per row cost
+ * 4% of the backward at T = 128). */
+RIFT_CLONES static void F(row_dots)(const T *a, int64_t at, const T *c, int64_t ct, T *di,
+                                    int64_t mq, int64_t D) {
+    for (int64_t r = 0; r < mq; r++) {
+        const T *x = a + r * at, *y = c + r * ct;
+        T acc[RIFT_NR];
+        for (int jj = 0; jj < RIFT_NR; jj++) acc[jj] = 0;
+        int64_t d = 0;
+        for (; d + RIFT_NR <= D; d += RIFT_NR)
+            for (int jj = 0; jj < RIFT_NR; jj++) acc[jj] += x[d + jj] * y[d + jj];
+        T sum = F(lane_sum)(acc);
+        for (; d < D; d++) sum += x[d] * y[d];
+        di[r] = sum;
+    }
 }
 
 int F(flash_attention_backward)(const T *dout, const T *q, const T *k, const T *v, const T *out,
@@ -309,11 +407,14 @@ int F(flash_attention_backward)(const T *dout, const T *q, const T *k, const T *
                                 const int64_t *ost, int64_t B, int64_t H, int64_t Tn, int64_t D,
                                 double scale, int causal) {
     const int64_t BK = RIFT_FLASH_BLOCK;
+    const int64_t lt = Tn + RIFT_NR; /* K^T, V^T row stride: padded as in the forward */
     int failed = 0;
     RIFT_PRAGMA(omp parallel if (B * H * Tn * Tn * D > RIFT_PAR_MIN))
     {
-        T *kt = (T *)rift_alloc(sizeof(T) * (size_t)(2 * D * Tn + RIFT_QB * (2 * BK + 1)));
+        T *kt = (T *)rift_alloc(sizeof(T) * (size_t)(2 * D * lt + RIFT_QB * (2 * BK + 1)));
         if (!kt) failed = 1;
+        else /* chunk padding of the p and dp rows is read (then masked): keep it defined */
+            memset(kt + 2 * D * lt, 0, sizeof(T) * (size_t)(2 * RIFT_QB * BK));
         RIFT_PRAGMA(omp for schedule(static))
         for (int64_t bh = 0; bh < B * H; bh++) {
             if (!kt) continue;
@@ -322,37 +423,32 @@ int F(flash_attention_backward)(const T *dout, const T *q, const T *k, const T *
             const T *kb = RIFT_AT(k, st + 6, b, h), *vb = RIFT_AT(v, st + 9, b, h);
             const T *ob = RIFT_AT(out, st + 12, b, h);
             int64_t dt = st[2], qt = st[5], kst = st[8], ot = st[14];
-            T *vt = kt + D * Tn, *p = vt + D * Tn, *dp = p + RIFT_QB * BK, *di = dp + RIFT_QB * BK;
+            T *vt = kt + D * lt, *p = vt + D * lt, *dp = p + RIFT_QB * BK, *di = dp + RIFT_QB * BK;
             T *dqb = RIFT_AT(dq, ost, b, h), *dkb = RIFT_AT(dk, ost + 3, b, h);
             T *dvb = RIFT_AT(dv, ost + 6, b, h);
             int64_t lq = ost[2], lk = ost[5], lv = ost[8];
-            F(transpose)(kb, kst, kt, Tn, D);
-            F(transpose)(vb, st[11], vt, Tn, D);
+            F(transpose_ld)(kb, kst, kt, lt, Tn, D);
+            F(transpose_ld)(vb, st[11], vt, lt, Tn, D);
+            /* dK and dV gather from every query tile: zero them first. dQ needs no zeroing:
+             * its first key block (j0 = 0) writes it, later ones accumulate. */
             for (int64_t t = 0; t < Tn; t++) {
-                memset(dqb + t * lq, 0, sizeof(T) * (size_t)D);
                 memset(dkb + t * lk, 0, sizeof(T) * (size_t)D);
                 memset(dvb + t * lv, 0, sizeof(T) * (size_t)D);
             }
             for (int64_t i0 = 0; i0 < Tn; i0 += RIFT_QB) {
                 int64_t mq = F(min64)(RIFT_QB, Tn - i0), end = causal ? i0 + mq : Tn;
-                for (int64_t r = 0; r < mq; r++) { /* rowsum(dO * O) */
-                    const T *a = dob + (i0 + r) * dt, *c = ob + (i0 + r) * ot;
-                    T acc = 0;
-                    RIFT_SIMD_SUM(acc)
-                    for (int64_t d = 0; d < D; d++) acc += a[d] * c[d];
-                    di[r] = acc;
-                }
+                F(row_dots)(dob + i0 * dt, dt, ob + i0 * ot, ot, di, mq, D); /* rowsum(dO*O) */
                 for (int64_t j0 = 0; j0 < end; j0 += BK) {
                     int64_t n = F(min64)(BK, end - j0);
-                    F(gemm)(mq, n, D, qb + i0 * qt, qt, 1, kt + j0, Tn, p, BK, 0);
-                    F(gemm)(mq, n, D, dob + i0 * dt, dt, 1, vt + j0, Tn, dp, BK, 0);
+                    F(gemm)(mq, n, D, qb + i0 * qt, qt, 1, kt + j0, lt, p, BK, 0);
+                    F(gemm)(mq, n, D, dob + i0 * dt, dt, 1, vt + j0, lt, dp, BK, 0);
                     for (int64_t r = 0; r < mq; r++)
                         F(flash_ds_row)(p + r * BK, dp + r * BK,
                                         F(valid_keys)(causal, i0 + r, j0, n), n, (T)scale,
                                         lse[bh * Tn + i0 + r], di[r]);
                     /* dV += P^T dO, dQ += dS K, dK += dS^T Q (scale is inside dS) */
                     F(gemm)(n, D, mq, p, 1, BK, dob + i0 * dt, dt, dvb + j0 * lv, lv, 1);
-                    F(gemm)(mq, D, n, dp, BK, 1, kb + j0 * kst, kst, dqb + i0 * lq, lq, 1);
+                    F(gemm)(mq, D, n, dp, BK, 1, kb + j0 * kst, kst, dqb + i0 * lq, lq, j0 != 0);
                     F(gemm)(n, D, mq, dp, 1, BK, qb + i0 * qt, qt, dkb + j0 * lk, lk, 1);
                 }
             }
