@@ -31,6 +31,14 @@ needs_nvrtc = pytest.mark.skipif(
     bool(_WHY) and not _NVRTC_REQUIRED, reason=f"NVRTC is not installed here: {_WHY}"
 )
 
+
+@pytest.fixture(autouse=True)
+def _always_compile(monkeypatch: pytest.MonkeyPatch) -> None:
+    """NVRTC itself must see every source on every run: a CUBIN from the kernel cache
+    would let a machine that compiled the family once stand in for this check."""
+    monkeypatch.setenv("RIFTCO_KERNEL_CACHE", "0")
+
+
 #: (family, dtype, index dtype, defines): every program the host may build, in both dtypes.
 _VARIANTS = [(f, "float32", "int32", None) for f in families()]
 _VARIANTS += [(f, "float64", "int64", None) for f in families()]
