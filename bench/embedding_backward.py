@@ -1,7 +1,7 @@
 """ms per embedding backward on the kernel backends: the direct kernel vs the sort plan.
 
 The direct kernel walks every id for every output element (O(n * V * C)); the sort plan
-(core/kernels/fused_embedding.py) radix-sorts (id, position) pairs and sums each row's segment
+(core/kernel_host/fused_embedding.py) radix-sorts (id, position) pairs and sums each row's segment
 (O(n + V * C), six or more launches). Both give the same bits; the host picks the direct
 kernel only while n * V <= 2^14. Cases: the tiny Shakespeare model (V 65), a GPT-2-sized
 vocabulary (V 50,257), and a padding id repeated over a long batch.
@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import riftco  # noqa: E402
 from common import machine, summarize, table, time_calls, write_json  # noqa: E402
 from riftco import ops as F  # noqa: E402
-from riftco.kernels import fused_embedding  # noqa: E402
+from riftco.kernel_host import fused_embedding  # noqa: E402
 
 CASES = {  # name: (n ids, V, C, padding share)
     "shakespeare": (1024, 65, 128, 0.0),

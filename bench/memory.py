@@ -1,4 +1,4 @@
-"""Peak bytes a backend holds: a training step with and without activation checkpointing,
+"""Peak bytes a backend holds: a training step with and without activation recompute,
 and flash vs materialised attention (forward + backward of the attention alone).
 
 The number is ``backend.memory_stats()["peak_bytes"]`` (bytes in live tensor buffers)
@@ -52,9 +52,9 @@ def extra_peak(backend: Any, fn: Callable[[], Any], host: bool) -> tuple[int, in
     return backend.memory_stats()["peak_bytes"] - base, host_peak
 
 
-def _train_step(name: str, config: str, checkpointing: str) -> Callable[[], float]:
+def _train_step(name: str, config: str, recompute: str) -> Callable[[], float]:
     cfg, batch = model_config(config)
-    cfg.checkpointing = checkpointing
+    cfg.recompute = recompute
     dev = riftco.device(name)
     model = GPT(cfg, device=dev, seed=0)
     opt = AdamW(model.parameters(), lr=3e-4, weight_decay=0.1)
@@ -78,7 +78,7 @@ def train_step_rows(name: str, config: str) -> list[dict[str, Any]]:
         step()  # optimizer state and gradients exist from here on: they are baseline
         extra, _ = extra_peak(backend, step, host=False)
         rows.append({"backend": name, "what": f"train step {config}",
-                     "variant": f"checkpointing={ckpt}", "extra_MB": extra / MB})  # fmt: skip
+                     "variant": f"recompute={ckpt}", "extra_MB": extra / MB})  # fmt: skip
         del step
     base = rows[0]["extra_MB"]
     for r in rows:

@@ -102,8 +102,8 @@ _LOG_WIDTH = 160
 def _print_build_logs(folder: str) -> None:
     """The programs compiled for a device (its kernel cache) and what the compiler said:
     notable lines with ``!``, known-harmless ones with ``~`` and the reason."""
-    from .kernels.build_log import BuildLog
-    from .kernels.cache import entries_in
+    from .kernel_host.build_log import BuildLog
+    from .kernel_host.cache import entries_in
 
     entries = entries_in(folder)
     print(f"    kernel cache: {folder} ({len(entries)} programs)")

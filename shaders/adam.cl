@@ -36,7 +36,7 @@ KERNEL void adamw_update(GLOBAL T* param ARG(0), GLOBAL const T* grad ARG(1),
 }
 
 /* Up to ADAM_SEGMENTS tensors per launch, their elements one after another in thread
- * order (op unit riftco.ops.fused.adam_multi; plan in core/kernels/fused_adam_multi.py).
+ * order (op unit riftco.ops.fused.adam_multi; plan in core/kernel_host/fused_adam_multi.py).
  * P: [0 .. ADAM_SEGMENTS) the tensors' sizes (0 for an unused segment), [ADAM_SEGMENTS]
  * 1 to clip. Buffers: (param, grad, m, v) per segment, norm (0-d), P, F.
  * The clip scale max_norm / maximum(norm + 1e-6, max_norm) is read from the device, so the

@@ -28,7 +28,7 @@
 #include "specials.h"
 #include "status.h"
 
-/* RADIX_BITS, the digit width, comes from the host (core/kernels/shader_defines.py),
+/* RADIX_BITS, the digit width, comes from the host (core/kernel_host/shader_defines.py),
  * which sizes the counts buffer and steps the passes by it. */
 #define RADIX_BINS (1 << RADIX_BITS)
 #define RADIX_MAX_GROUP 1024

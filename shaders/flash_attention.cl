@@ -3,7 +3,7 @@
  * [T, T] buffer exists anywhere; threadgroup memory stays under 26 KiB for both float and
  * double (tiles shrink for double). Head dim D <= FLASH_MAX_HEAD_DIM (the host refuses
  * larger D; it defines FLASH_MAX_HEAD_DIM, FLASH_BLOCK_ROWS and the row layout's indices,
- * core/kernels/shader_defines.py).
+ * core/kernel_host/shader_defines.py).
  *
  * Integer params P: [0] BH (batch * heads), [1] T, [2] D, [3] causal (0/1), then the row
  * layouts of q, k, v and of out (P[4..14], flash_rows.h). lse and drow are dense [BH, T].

@@ -6,7 +6,7 @@
  * T * D elements each); each streamed row feeds FC_R dot products. GPUs and Metal keep the
  * tiled kernels of flash_attention.cl; the host picks these when the runtime reports is_cpu
  * (threads = BH * ceil(T / FC_R); FC_R is the host's FLASH_CPU_ROWS, defined with the
- * other flash constants in core/kernels/shader_defines.py).
+ * other flash constants in core/kernel_host/shader_defines.py).
  *
  * Same parameters as flash_attention.cl: P = [BH, T, D, causal, then the row layouts of
  * q, k, v (and their gradients) and of out, dout], F = [scale]; D <= FLASH_MAX_HEAD_DIM (the host

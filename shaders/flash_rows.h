@@ -1,6 +1,6 @@
 /* Where the flash kernels find one head's rows (shaders/flash_attention.cl and its CPU
  * twin flash_attention_cpu.cl read the same integer parameters P). The layout is the
- * host's FlashRows (core/kernels/shader_defines.py), which defines the index of each
+ * host's FlashRows (core/kernel_host/shader_defines.py), which defines the index of each
  * field in P as FLASH_P_<FIELD>: H, heads per batch index (FLASH_P_HEADS); the batch,
  * head and row strides of q, k, v and of dq, dk, dv (FLASH_P_BATCH_STRIDE and the two
  * after it); the offsets of q, k, v (FLASH_P_Q_OFFSET, _K_, _V_); the strides of out and

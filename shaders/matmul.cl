@@ -7,7 +7,7 @@
  *   C[m, n] = c[coff + o * scb + i * sci + m * scm + n]
  * A dense product has inner = 1 and C dense [batch, M, N]; attention read straight from a
  * fused q | k | v projection passes column blocks of it and writes into one (see
- * core/kernels/fused_attention_qkv.py).
+ * core/kernel_host/fused_attention_qkv.py).
  * P: [0] M, [1] N, [2] K, [3] batch, [4] sab, [5] sam, [6] sak, [7] sbb, [8] sbk, [9] sbn,
  *    [10] inner, [11] sai, [12] aoff, [13] sbi, [14] boff, [15] scb, [16] sci, [17] scm,
  *    [18] coff.

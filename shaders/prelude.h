@@ -9,7 +9,7 @@
  *   #define T <float|double>     the element type of the program
  *   #define IDX <int|long>       the index type (embedding ids, targets)
  *   #define RADIX_BITS 8 ...     the numbers launch plans and kernels share
- *                                (core/kernels/shader_defines.py; shaders never define them)
+ *                                (core/kernel_host/shader_defines.py; shaders never define them)
  * and, before this file, RIFTCO_FP64 when the program uses double.
  * A family file (or a header) may pull in shared helpers with a line #include "name.h"
  * (e.g. rows.h): the host inlines shaders/name.h once per program, since metalcompute

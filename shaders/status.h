@@ -2,7 +2,7 @@
  *
  * A kernel that meets an id outside its valid range never uses it to address memory: it
  * clamps (the row reads as zeros or contributes nothing) and records the event here. The
- * host (core/kernels/status.py) reads word 0 at the next sync point and, when it is not
+ * host (core/kernel_host/status.py) reads word 0 at the next sync point and, when it is not
  * zero, the rest, then raises the DomainError the CPU backend raises before dispatch.
  *
  * Each flagged launch also gets a slot (0 .. RIFTCO_STATUS_SLOTS - 1, the last int of its
@@ -13,7 +13,7 @@
  *   [1 + 2 * k]  smallest bad id seen there, saturated to int32     (initially INT_MAX)
  *   [2 + 2 * k]  largest bad id seen there, saturated to int32      (initially INT_MIN)
  * Integer atomics (or, min, max) make the record the same whatever the thread order.
- * The op numbers and SLOTS are mirrored in core/kernels/status.py.
+ * The op numbers and SLOTS are mirrored in core/kernel_host/status.py.
  */
 #ifndef RIFTCO_STATUS_H
 #define RIFTCO_STATUS_H

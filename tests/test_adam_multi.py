@@ -16,7 +16,7 @@ import riftco
 from riftco import ops
 from riftco.autograd import Variable
 from riftco.errors import DeviceMismatchError, DTypeError, ShapeError
-from riftco.kernels.fused_adam_multi import segment_groups
+from riftco.kernel_host.fused_adam_multi import segment_groups
 from riftco.optim import AdamW, clip_grad_norm, grad_norm
 
 SHAPES = [(5, 3), (7,), (), (33,), (0,), (2, 2), (65,), (3, 3), (8,), (13,), (4, 31), (2,), (9,)]

@@ -1,4 +1,4 @@
-"""custom_gradient and checkpoint: validated boundaries and replayed regions."""
+"""custom_gradient and recompute: validated boundaries and recomputed regions."""
 
 from __future__ import annotations
 
@@ -79,7 +79,7 @@ def test_mixed_backends_rejected_at_construction():
         ag.custom_gradient(ops.mul_scalar(x.value, 2.0), [x, foreign], lambda g: [g, g])
 
 
-# -- checkpoint ----------------------------------------------------------------------------------
+# -- recompute -----------------------------------------------------------------------------------
 C = 6
 
 
@@ -98,12 +98,12 @@ def block_fn(shared_w, gamma, beta, w):
     return block
 
 
-def stack(x, params, use_checkpoint):
+def stack(x, params, use_recompute):
     shared_w, gamma, beta, own = params
     h = x
     for w in own:
         fn = block_fn(shared_w, gamma, beta, w)
-        h = ag.checkpoint(fn, [h], [shared_w, gamma, beta, w]) if use_checkpoint else fn(h)
+        h = ag.recompute(fn, [h], [shared_w, gamma, beta, w]) if use_recompute else fn(h)
     return h
 
 
@@ -126,17 +126,17 @@ def test_four_block_stack_with_shared_params_matches_plain(capsys):
     assert s1["retained_elements"] < s0["retained_elements"]
     assert s1["nodes"] < s0["nodes"]
     with capsys.disabled():
-        print(f"\n[checkpoint] plain {s0}  checkpointed {s1}")
+        print(f"\n[recompute] plain {s0}  recomputed {s1}")
 
 
-def test_shared_param_used_inside_and_outside_checkpoint_accumulates():
+def test_shared_param_used_inside_and_outside_recompute_accumulates():
     w = rand((3, 3), 2, name="w")
     x = rand((2, 3), 3)
 
     def block(h):
         return (h @ w).tanh()
 
-    ck = (ag.checkpoint(block, [x], [w]) @ w).sum()
+    ck = (ag.recompute(block, [x], [w]) @ w).sum()
     ck.backward()
     got = w.grad.numpy()
     (block(x) @ w).sum().backward()
@@ -147,7 +147,7 @@ def test_captured_leaf_is_rejected():
     w = rand((3, 3), 4, name="hidden_w")
     x = rand((2, 3), 5)
     with pytest.raises(GradientError, match="captured graph state.*hidden_w"):
-        ag.checkpoint(lambda h: h @ w, [x], [])
+        ag.recompute(lambda h: h @ w, [x], [])
 
 
 def test_captured_outer_intermediate_is_rejected():
@@ -155,19 +155,19 @@ def test_captured_outer_intermediate_is_rejected():
     x = rand((2, 3), 7)
     outer = x * 2.0  # built before the region: outer graph state
     with pytest.raises(GradientError, match="output of mul_scalar"):
-        ag.checkpoint(lambda h: h @ w + outer, [x], [w])
+        ag.recompute(lambda h: h @ w + outer, [x], [w])
 
 
 def test_leaf_made_inside_the_region_is_rejected():
     x = rand((2, 3), 8)
     with pytest.raises(GradientError, match="captured graph state"):
-        ag.checkpoint(lambda h: h * Variable(riftco.ones((2, 3), "float64"), True), [x], [])
+        ag.recompute(lambda h: h * Variable(riftco.ones((2, 3), "float64"), True), [x], [])
 
 
 def test_duplicate_dependencies_are_rejected():
     w = rand((3, 3), 9)
     with pytest.raises(GradientError, match="unique"):
-        ag.checkpoint(lambda h: h @ w, [rand((2, 3), 10)], [w, w])
+        ag.recompute(lambda h: h @ w, [rand((2, 3), 10)], [w, w])
 
 
 def test_replay_must_match_the_first_run():
@@ -180,7 +180,7 @@ def test_replay_must_match_the_first_run():
         y = h @ w
         return y if len(calls) == 1 else y[:, :2]
 
-    out = ag.checkpoint(drifting, [x], [w])
+    out = ag.recompute(drifting, [x], [w])
     with pytest.raises(GradientError, match="deterministic"):
         out.sum().backward()
     assert w.grad is None and x.grad is None
@@ -195,6 +195,6 @@ def test_replay_must_reach_the_same_dependencies():
         calls.append(1)
         return h @ (w if len(calls) == 1 else v)
 
-    out = ag.checkpoint(switching, [x], [w, v])
+    out = ag.recompute(switching, [x], [w, v])
     with pytest.raises(GradientError, match="boundary positions"):
         out.sum().backward()

@@ -218,7 +218,7 @@ def test_attention_explicit_scale_and_batch():
     check(lambda a, b, c: ag.attention(a, b, c, causal=True, scale=0.3, mode="flash"), q, k, v)
 
 
-def test_custom_gradient_and_checkpoint_pass_gradcheck():
+def test_custom_gradient_and_recompute_pass_gradcheck():
     def product(a, b):
         av, bv = a.value, b.value
         return ag.custom_gradient(
@@ -231,7 +231,7 @@ def test_custom_gradient_and_checkpoint_pass_gradcheck():
     def block(h):
         return (h @ w).tanh()
 
-    check(lambda x: ag.checkpoint(block, [x], [w]), r((2, 3), 41))
+    check(lambda x: ag.recompute(block, [x], [w]), r((2, 3), 41))
 
 
 # -- the checker itself must be able to fail -------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Stale graphs the version checks used to miss: checkpoint captures and a written root.
+"""Stale graphs the version checks used to miss: recompute captures and a written root.
 
 Each case first shows the unmodified graph gives the closed-form gradient (so the test
 can tell "detected" from "broken"), then mutates, then checks that backward raises
@@ -31,13 +31,13 @@ X0, W0, C0 = [0.5, -1.0, 2.0], [1.5, 0.25, -0.75], [3.0, -2.0, 0.5]
 
 
 def _region_with(capture):
-    """loss = sum(tanh(x * w) * c) through a checkpoint that captures ``c``."""
+    """loss = sum(tanh(x * w) * c) through a recompute region that captures ``c``."""
     x, w = var(X0, name="x"), var(W0, name="w")
 
     def block(h):
         return ((h * w).tanh() * capture()).sum()
 
-    return x, w, ag.checkpoint(block, [x], [w])
+    return x, w, ag.recompute(block, [x], [w])
 
 
 def _closed_form(c):
@@ -75,7 +75,7 @@ MUTATIONS = {
 
 
 @pytest.mark.parametrize("case", list(MUTATIONS))
-def test_checkpoint_captured_constant_mutated_is_stale(case):
+def test_recompute_captured_constant_mutated_is_stale(case):
     make_c, use, mutate = MUTATIONS[case]
     c = make_c()
     x, w, loss = _region_with(lambda: use(c))
@@ -85,13 +85,13 @@ def test_checkpoint_captured_constant_mutated_is_stale(case):
     np.testing.assert_allclose(w.grad.numpy(), gw, rtol=1e-14)
     before = (x.grad, w.grad)
     mutate(c)
-    with pytest.raises(StaleGraphError, match=r"\[backward\] stale graph: .*checkpoint"):
+    with pytest.raises(StaleGraphError, match=r"\[backward\] stale graph: .*recompute"):
         loss.backward()
     assert (x.grad, w.grad) == before  # the very same objects: nothing was written
     np.testing.assert_allclose(x.grad.numpy(), gx, rtol=1e-14)
 
 
-def test_checkpoint_stale_message_names_the_constant():
+def test_recompute_stale_message_names_the_constant():
     c = var(C0, requires_grad=False, name="mask")
     x, w, loss = _region_with(lambda: c)
     c.assign(f64([0.0, 0.0, 0.0]))
@@ -99,7 +99,7 @@ def test_checkpoint_stale_message_names_the_constant():
         loss.backward()
 
 
-def test_captured_constant_in_nested_checkpoint_is_stale():
+def test_captured_constant_in_nested_recompute_is_stale():
     c = f64(C0)
     x, w = var(X0), var(W0)
 
@@ -107,15 +107,15 @@ def test_captured_constant_in_nested_checkpoint_is_stale():
         return (h * c).tanh()
 
     def outer(h):
-        return (ag.checkpoint(inner, [h * w], []) * 2.0).sum()
+        return (ag.recompute(inner, [h * w], []) * 2.0).sum()
 
-    loss = ag.checkpoint(outer, [x], [w])
+    loss = ag.recompute(outer, [x], [w])
     loss.backward()
     d = 2.0 * np.array(C0) * (1 - np.tanh(np.array(X0) * W0 * C0) ** 2)
     np.testing.assert_allclose(x.grad.numpy(), d * W0, rtol=1e-14)
     before = (x.grad, w.grad)
     _raw_inplace(c)
-    with pytest.raises(StaleGraphError, match="checkpoint"):
+    with pytest.raises(StaleGraphError, match="recompute"):
         loss.backward()
     assert (x.grad, w.grad) == before
 
@@ -130,14 +130,14 @@ def test_region_temporaries_are_not_kept_alive_by_the_read_log():
         refs.append(weakref.ref(t))
         return (h * t).sum()
 
-    loss = ag.checkpoint(block, [x], [])
+    loss = ag.recompute(block, [x], [])
     gc.collect()
     assert refs[0]() is None
     loss.backward()  # the replay makes a fresh one; nothing stale
     np.testing.assert_array_equal(x.grad.numpy(), [1.0, 2.0, 3.0])
 
 
-def test_unrelated_writes_do_not_make_a_checkpoint_stale():
+def test_unrelated_writes_do_not_make_a_recompute_stale():
     c, other = f64(C0), f64(C0)
     x, w, loss = _region_with(lambda: c)
     _raw_inplace(other)  # not read by the region
@@ -169,7 +169,7 @@ def test_mutated_root_output_is_stale(write):
     np.testing.assert_allclose(x.grad.numpy(), np.exp(X0) * [1.0, 2.0, 3.0], rtol=1e-14)
 
 
-def test_mutated_scalar_root_and_checkpoint_root_are_stale():
+def test_mutated_scalar_root_and_recompute_root_are_stale():
     x = var(X0)
     loss = (x * x).sum()
     loss.backward()
@@ -179,9 +179,9 @@ def test_mutated_scalar_root_and_checkpoint_root_are_stale():
         loss.backward()
     assert x.grad is before
     w = var(W0)
-    out = ag.checkpoint(lambda h: (h * w).tanh(), [x], [w])
+    out = ag.recompute(lambda h: (h * w).tanh(), [x], [w])
     ops.fill_(out.value, 0.0)
-    with pytest.raises(StaleGraphError, match="output of checkpoint"):
+    with pytest.raises(StaleGraphError, match="output of recompute"):
         out.backward(f64([1.0, 1.0, 1.0]))
     assert x.grad is before and w.grad is None
 

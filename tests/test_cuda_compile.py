@@ -19,7 +19,7 @@ import sys
 import numpy as np
 import pytest
 from riftco.errors import KernelCompileError
-from riftco.kernels.sources import families, program_source, shader_text
+from riftco.kernel_host.sources import families, program_source, shader_text
 
 compiler = pytest.importorskip("riftco.backends.cuda.compiler")
 

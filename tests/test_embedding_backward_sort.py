@@ -1,7 +1,7 @@
 """Embedding backward as a stable radix sort plus ordered segment sums (issue 15).
 
 The old kernel walked every id for every output element (O(V * C * n)); the plan in
-core/kernels/fused_embedding.py sorts (id, position) pairs with integer counting and sums each
+core/kernel_host/fused_embedding.py sorts (id, position) pairs with integer counting and sums each
 vocabulary row's segment in position order, in blocks of 32 (BlockSum in
 shaders/specials.h). So every output element is summed in one documented order: bitwise
 equal to ``blocked_scatter_add`` below (numpy, written from that description) in IEEE
@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 from riftco import ops as F
-from riftco.kernels import fused_embedding
+from riftco.kernel_host import fused_embedding
 
 rt = pytest.importorskip("riftco.backends.opencl.runtime", reason="OpenCL runtime import failed")
 _devices, _why = rt.enumerate_devices()

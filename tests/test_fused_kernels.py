@@ -1,4 +1,4 @@
-"""Fused kernels (shaders/*.cl + core/kernels/fused_*.py) on PoCL, against float64 numpy.
+"""Fused kernels (shaders/*.cl + core/kernel_host/fused_*.py) on PoCL, against float64 numpy.
 
 The kernels are driven through the real host mixin ``FusedKernels`` on top of a tiny
 pyopencl stand-in for the kernel host layer (``_ClHost``: ``empty``/``fill``/``launch`` and
@@ -19,9 +19,9 @@ import pytest
 from fused_reference import attention_ref, gelu_ref, softmax_ref
 from helpers import assert_close
 from riftco.errors import ShapeError
-from riftco.kernels.fused import FusedKernels
-from riftco.kernels.runtime import RuntimeCapabilities
-from riftco.kernels.sources import program_source
+from riftco.kernel_host.fused import FusedKernels
+from riftco.kernel_host.runtime import RuntimeCapabilities
+from riftco.kernel_host.sources import program_source
 
 cl = pytest.importorskip("pyopencl", reason="pyopencl is not installed (test extra)")
 

@@ -179,10 +179,10 @@ def test_reference_matches_finite_differences():
 
 # -- the riftco model against it -------------------------------------------------------------------
 @pytest.mark.parametrize(
-    "attention,checkpointing",
+    "attention,recompute",
     [("materialized", "none"), ("flash", "none"), ("materialized", "block"), ("flash", "block")],
 )
-def test_gpt_forward_backward_matches_reference(attention, checkpointing):
+def test_gpt_forward_backward_matches_reference(attention, recompute):
     cfg = GPTConfig(
         vocab=11,
         context=8,
@@ -190,7 +190,7 @@ def test_gpt_forward_backward_matches_reference(attention, checkpointing):
         heads=2,
         width=16,
         attention=attention,
-        checkpointing=checkpointing,
+        recompute=recompute,
     )
     model = GPT(cfg, device="cpu", dtype=np.float64, seed=0)
     rng = np.random.default_rng(1)

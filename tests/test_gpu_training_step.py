@@ -4,7 +4,7 @@ Forward, backward (both attention modes, with the label-smoothing head too), gra
 clipping and AdamW all stay on the device; the only downloads are the 4-byte loss the
 progress bar prints and, at that same sync point, the 4-byte device status word through
 which the embedding and cross-entropy kernels report out-of-range ids
-(core/kernels/status.py): one wait, two small reads.
+(core/kernel_host/status.py): one wait, two small reads.
 
 The label-smoothing head (a compiled objective) checks its targets through
 ``autograd.domain``'s deferred flag, which ``backward()`` reads: a second sync, again with

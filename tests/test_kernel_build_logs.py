@@ -16,8 +16,8 @@ import warnings
 
 import numpy as np
 import pytest
-from riftco.kernels.build_log import HARMLESS, BuildLog, capture_compiler_output
-from riftco.kernels.sources import families, program_source
+from riftco.kernel_host.build_log import HARMLESS, BuildLog, capture_compiler_output
+from riftco.kernel_host.sources import families, program_source
 
 clrt = pytest.importorskip("riftco.backends.opencl.runtime")
 _DEVICES, _WHY = clrt.enumerate_devices()
@@ -112,7 +112,7 @@ def test_captures_nest(capfd):
 @needs_opencl
 def test_backends_verbose_lists_programs_with_their_logs(tmp_path, monkeypatch, capsys, registry):
     from riftco.cli import main
-    from riftco.kernels.cache import KernelCache
+    from riftco.kernel_host.cache import KernelCache
 
     monkeypatch.setenv("RIFTCO_CACHE_DIR", str(tmp_path))  # before the fresh registry lists
     runtime = clrt.OpenCLRuntime(0)

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
-from riftco.kernels.cache import KernelCache, cache_enabled, entries_in
+from riftco.kernel_host.cache import KernelCache, cache_enabled, entries_in
 
 
 def _cache(tmp_path: Path, device: str = "dev A | driver 1") -> KernelCache:
@@ -147,7 +147,7 @@ def test_pocl_keeps_only_the_log(opencl_runtime, tmp_path):
     here has one. Programs are never released, since PoCL 3.0 crashed after a freed one,
     so a miss is made with a new source rather than by clearing the in-process table.)"""
     import numpy as np
-    from riftco.kernels.sources import program_source
+    from riftco.kernel_host.sources import program_source
 
     clrt, runtime = opencl_runtime
     if not runtime.keeps_own_cache:

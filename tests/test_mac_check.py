@@ -97,7 +97,7 @@ def _check_folder(out: Path) -> None:
     per_step = calls["per_training_step"]
     # counted by the backend's stats and, separately, by wrapping its launch method
     assert per_step["dispatches"] == sum(calls["dispatches_by_kernel"].values()) > 50
-    # one wait; two reads: the loss and the device status word (core/kernels/status.py)
+    # one wait; two reads: the loss and the device status word (core/kernel_host/status.py)
     assert per_step["host_waits"] == 1 and per_step["downloads"] == 2
     assert calls["dispatch_us_pipelined"] > 0 and calls["dispatch_roundtrip_us"] > 0
 

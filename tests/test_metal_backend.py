@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from _gpu_cases import CASES, assert_close
 from riftco.errors import KernelCompileError
-from riftco.kernels.sources import expand_includes, families, program_source
+from riftco.kernel_host.sources import expand_includes, families, program_source
 
 GXX = shutil.which("g++")
 _FAMILY_DEFINES = {"cast": {"SRC": "int"}}

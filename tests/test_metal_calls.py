@@ -216,7 +216,7 @@ def test_metal_training_step_waits_on_the_host_once(attention, monkeypatch, regi
     stats = backend.transfer_stats()
     assert np.isfinite(loss)
     # downloads: the loss and, at the same sync, the 4-byte device status word
-    # (core/kernels/status.py: out-of-range ids in the embedding/cross-entropy kernels)
+    # (core/kernel_host/status.py: out-of-range ids in the embedding/cross-entropy kernels)
     assert stats["uploads"] == 2 and stats["downloads"] == 2, stats
     assert stats["download_bytes"] == 8, stats
     assert stats["drains"] == 1, stats  # the loss; the target upload mid-step did not wait

@@ -98,7 +98,7 @@ def test_config_and_context_errors():
         model(ids)
 
 
-def test_block_checkpointing_keeps_fewer_activations():
+def test_block_recompute_keeps_fewer_activations():
     from riftco.autograd import graph_stats
 
     rng = np.random.default_rng(0)
@@ -106,10 +106,10 @@ def test_block_checkpointing_keeps_fewer_activations():
     tgt = riftco.tensor(rng.integers(0, 11, (2, 16)).astype(np.int32))
     kept = {}
     for mode in ("none", "block"):
-        cfg = GPTConfig(vocab=11, context=16, layers=3, heads=2, width=16, checkpointing=mode)
+        cfg = GPTConfig(vocab=11, context=16, layers=3, heads=2, width=16, recompute=mode)
         kept[mode] = graph_stats(GPT(cfg, device="cpu").loss(idx, tgt))["retained_elements"]
     params = GPT(GPTConfig(vocab=11, context=16, layers=3, heads=2, width=16)).num_parameters()
-    # Without checkpointing every block keeps its (B*T, 4C) MLP activations and more.
+    # Without recompute every block keeps its (B*T, 4C) MLP activations and more.
     assert kept["block"] < kept["none"] - 3 * 2 * 16 * 4 * 16
     assert kept["block"] < 0.5 * kept["none"]
     assert kept["block"] >= params  # the weights themselves are always retained

@@ -106,7 +106,7 @@ class _HostInputs:
 
 def _device_error(op: str, high: int) -> str:
     """The message the device status buffer raises for a bad id of ``op`` below ``high``."""
-    from riftco.kernels.status import SLOTS, STATUS_OPS, WORDS, DeviceStatus
+    from riftco.kernel_host.status import SLOTS, STATUS_OPS, WORDS, DeviceStatus
 
     words = np.zeros(WORDS, np.int32)
 
@@ -129,10 +129,10 @@ def _device_error(op: str, high: int) -> str:
 def test_device_status_table_is_the_index_taking_units() -> None:
     """The kernel host layer's status table lists exactly the units with domain samples,
     and its deferred error names each op's ids and valid range as the host check does."""
-    from riftco.kernels.status import STATUS_OPS
+    from riftco.kernel_host.status import STATUS_OPS
 
     index_taking = [u for u in units() if u.domain]
-    assert {u.name for u in index_taking} == set(STATUS_OPS), "core/kernels/status.py"
+    assert {u.name for u in index_taking} == set(STATUS_OPS), "core/kernel_host/status.py"
     for u in index_taking:
         with pytest.raises(DomainError) as err:
             u.domain[0].run(_HostInputs())

@@ -20,7 +20,7 @@ import riftco
 from riftco import ops
 from riftco.backends.cpu.backend import CPUBackend
 from riftco.errors import OutOfMemoryError, ShapeError
-from riftco.kernels.allocator import CachingAllocator
+from riftco.kernel_host.allocator import CachingAllocator
 
 F32 = np.dtype(np.float32)
 #: More than any test here may add to the process's peak resident memory.

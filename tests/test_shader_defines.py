@@ -16,16 +16,16 @@ from typing import Any
 
 import numpy as np
 import pytest
-from riftco.kernels.fused_flash_attention import FlashAttentionKernels
-from riftco.kernels.runtime import RuntimeCapabilities
-from riftco.kernels.shader_defines import (
+from riftco.kernel_host.fused_flash_attention import FlashAttentionKernels
+from riftco.kernel_host.runtime import RuntimeCapabilities
+from riftco.kernel_host.shader_defines import (
     FLASH_LAYOUT_AT,
     FlashRows,
     dense_rows,
     qkv_rows,
     shader_defines,
 )
-from riftco.kernels.sources import families, program_source
+from riftco.kernel_host.sources import families, program_source
 
 #: Shader-local names that stand for a host number: each must be defined through one.
 _ALIASES = {"FC_R", "FA_BQ", "FB_BR", "RADIX_BINS"}

@@ -194,6 +194,22 @@ def test_bad_entries_in_state(run):
         Trainer.resume(out, device="cpu")
 
 
+def test_checkpoint_from_before_the_recompute_rename_loads(run):
+    """state.json written when GPTConfig's ``recompute`` was called ``checkpointing``."""
+    out, folder = run
+
+    def legacy(state):
+        state["model"]["checkpointing"] = state["model"].pop("recompute")
+        state["model"]["checkpointing"] = "block"
+
+    _rehash(folder, legacy)
+    trainer = Trainer.resume(out, device="cpu")
+    assert trainer.model.config.recompute == "block"
+    _rehash(folder, lambda s: s["model"].update(checkpointing="sometimes"))
+    with pytest.raises(CheckpointError, match=r"recompute must be one of"):
+        Trainer.resume(out, device="cpu")
+
+
 def _resave(folder, weights=None, optimizer=None):
     """Rewrite the checkpoint with other tensors, validly hashed (a foreign writer)."""
     ckpt = load_checkpoint(folder)

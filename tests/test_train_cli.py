@@ -61,7 +61,7 @@ def test_first_lines_say_backend_data_model_and_run(tmp_path, text_file, capsys)
     )
     assert lines[2] == (
         f"model: {params:,} parameters: 1 layers, 1 heads, width 16, context 8, materialized "
-        "attention, checkpointing none; float32 on cpu:0"
+        "attention, recompute none; float32 on cpu:0"
     )
     assert lines[3].startswith("run: 4 steps, batch 4 x 8 characters; lr 0.003 (50 warm-up")
     assert lines[3].endswith(f"checkpoints in {tmp_path / 'run'}")

@@ -23,7 +23,7 @@ from typing import ClassVar
 
 import numpy as np
 from riftco.backend import DeviceInfo
-from riftco.kernels.backend import KernelBackend
+from riftco.kernel_host.backend import KernelBackend
 
 from . import compiler, driver
 from . import runtime as rt

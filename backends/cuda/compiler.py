@@ -18,8 +18,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from riftco.errors import KernelCompileError
-from riftco.kernels.build_log import BuildLog
-from riftco.kernels.cache import KernelCache, cache_enabled
+from riftco.kernel_host.build_log import BuildLog
+from riftco.kernel_host.cache import KernelCache, cache_enabled
 
 #: Options every program is built with. No fast math: the kernels' IEEE behaviour is what
 #: conformance checks (``--use_fast_math`` would flush denormals and approximate exp/log).

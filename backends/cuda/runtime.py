@@ -1,6 +1,6 @@
 """The CUDA runtime: one stream per GPU over the driver API of ``cuda.bindings``.
 
-What the host layer (``riftco.kernels.runtime.Runtime``) needs, and how CUDA gives it:
+What the host layer (``riftco.kernel_host.runtime.Runtime``) needs, and how CUDA gives it:
 - Ordering: every copy, launch and free goes to one stream per device (shared by every
   backend instance of that device, like OpenCL's queue), so the caching allocator may
   hand a freed buffer to the next op without waiting.
@@ -31,8 +31,8 @@ from typing import Any
 
 import numpy as np
 from riftco.errors import BackendUnavailableError, KernelCompileError
-from riftco.kernels.build_log import BuildLog
-from riftco.kernels.runtime import KernelsByName, RuntimeCapabilities
+from riftco.kernel_host.build_log import BuildLog
+from riftco.kernel_host.runtime import KernelsByName, RuntimeCapabilities
 
 from . import compiler
 from .driver import CudaDriverError, DeviceProps, check, load, probe
@@ -216,7 +216,7 @@ class CudaProgram(KernelsByName[CudaKernel]):
 
 
 class CudaRuntime:
-    """Implements ``riftco.kernels.runtime.Runtime`` on one NVIDIA GPU."""
+    """Implements ``riftco.kernel_host.runtime.Runtime`` on one NVIDIA GPU."""
 
     def __init__(self, index: int, group_size: int | None = None) -> None:
         self.index = index

@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 from riftco.backend import DeviceInfo
-from riftco.kernels.backend import KernelBackend
+from riftco.kernel_host.backend import KernelBackend
 
 from .runtime import MetalRuntime
 

@@ -25,8 +25,8 @@ from typing import Any
 
 import numpy as np
 from riftco.errors import KernelCompileError
-from riftco.kernels.build_log import BuildLog, capture_compiler_output
-from riftco.kernels.runtime import RuntimeCapabilities
+from riftco.kernel_host.build_log import BuildLog, capture_compiler_output
+from riftco.kernel_host.runtime import RuntimeCapabilities
 
 #: Handles kept before the oldest is waited for, bounding command buffers in flight.
 MAX_PENDING = 512
@@ -49,7 +49,7 @@ class MetalProgram:
 
 
 class MetalRuntime:
-    """Implements ``riftco.kernels.runtime.Runtime`` over a metalcompute-like module."""
+    """Implements ``riftco.kernel_host.runtime.Runtime`` over a metalcompute-like module."""
 
     def __init__(self, mc: Any, index: int = 0) -> None:
         self.mc = mc

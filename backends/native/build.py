@@ -24,7 +24,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from riftco.kernels.cache import cache_root
+from riftco.kernel_host.cache import cache_root
 
 _HERE = Path(__file__).resolve().parent
 SOURCES = (

@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 from riftco.backend import DeviceInfo
-from riftco.kernels.backend import KernelBackend
+from riftco.kernel_host.backend import KernelBackend
 
 from . import pocl
 from . import runtime as rt

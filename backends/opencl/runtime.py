@@ -21,9 +21,9 @@ from typing import Any
 
 import numpy as np
 from riftco.errors import BackendUnavailableError, KernelCompileError
-from riftco.kernels.build_log import BuildLog, capture_compiler_output
-from riftco.kernels.cache import KernelCache, cache_enabled
-from riftco.kernels.runtime import KernelsByName, RuntimeCapabilities
+from riftco.kernel_host.build_log import BuildLog, capture_compiler_output
+from riftco.kernel_host.cache import KernelCache, cache_enabled
+from riftco.kernel_host.runtime import KernelsByName, RuntimeCapabilities
 
 from .pocl import cpu_rank, pocl_version
 
@@ -197,7 +197,7 @@ class OpenCLProgram(KernelsByName[Any]):
 
 
 class OpenCLRuntime:
-    """Implements ``riftco.kernels.runtime.Runtime`` on one OpenCL device."""
+    """Implements ``riftco.kernel_host.runtime.Runtime`` on one OpenCL device."""
 
     def __init__(
         self, index: int, group_size: int | None = None, fast_math: bool | None = None

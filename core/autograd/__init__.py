@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import operations as _o
-from .checkpoint import checkpoint
+from .recompute import recompute
 from .custom_gradient import custom_gradient
 from .domain import flush as check_domain
 from .domain import set_domain_checks
@@ -89,5 +89,5 @@ __all__ = [
     "getitem", "concatenate_last_axis", "split_last_axis",
     "gelu", "softmax", "layer_norm", "linear", "embedding", "cross_entropy", "attention",
     "attention_qkv",
-    "custom_gradient", "checkpoint", "gradcheck", "set_domain_checks", "check_domain",
+    "custom_gradient", "recompute", "gradcheck", "set_domain_checks", "check_domain",
 ]  # fmt: skip

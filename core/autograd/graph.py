@@ -16,7 +16,7 @@ Versions validated in phase two: every parent a rule reads (recorded when the no
 made), the root's own value (a rule such as ``exp``'s reads its saved output, which is the
 root's value, so writing ``y`` in place before ``y.backward(seed)`` is as stale as writing
 an intermediate), and whatever a rule declares through a ``precheck`` attribute (a
-callable taking the node and raising :class:`StaleGraphError`): checkpoint regions use it
+callable taking the node and raising :class:`StaleGraphError`): recompute regions use it
 for the tensors their replay will read again.
 """
 
@@ -34,11 +34,11 @@ from . import domain
 
 Rule = Callable[[Tensor], Sequence["Tensor | None"]]
 
-_seq = itertools.count(1)  # creation stamps: checkpoint() tells its own nodes from outer ones
+_seq = itertools.count(1)  # creation stamps: recompute() tells its own nodes from outer ones
 
 
 class _Reads:
-    """The read log of the checkpoint region whose forward is running (None: no region).
+    """The read log of the recompute region whose forward is running (None: no region).
 
     ``make`` adds every parent Variable it sees, keyed by identity, with its version at
     the first read; a raw Tensor operand reaches ``make`` wrapped as a constant leaf, so
@@ -416,7 +416,7 @@ def vjp(
     """Vector-Jacobian product into a fresh private context; nothing public is written.
 
     Returns the gradients of the leaves, the ``stop`` nodes and retained nodes, plus the
-    traversal order. Re-entrant: checkpoint replays call it from inside a rule."""
+    traversal order. Re-entrant: recompute regions call it from inside a rule."""
     order = topo_order(root, stop)
     check_versions(order)  # first: it names a written parameter, which the root may view
     check_root(root)
@@ -440,7 +440,7 @@ def graph_stats(root: Variable) -> dict[str, int]:
     """Node count and elements of the distinct storages the graph keeps alive.
 
     Counts every reachable node's value and every Tensor a backward rule saved (found in
-    its closure), each storage once, so activation checkpointing shows up as fewer
+    its closure), each storage once, so activation recompute shows up as fewer
     retained elements."""
     seen = {root}
     todo = [root]

@@ -1,8 +1,8 @@
 """A GPT-2-style decoder: token + position embeddings, pre-LN blocks, final LN, linear head.
 
 Activations flow as rows ``(B*T, C)`` so every Linear is one plain 2-D matmul; only
-attention sees ``(B, nh, T, hs)``. With ``checkpointing="block"`` each block keeps just its
-input and recomputes its inside during backward (autograd's ``checkpoint`` primitive),
+attention sees ``(B, nh, T, hs)``. With ``recompute="block"`` each block keeps just its
+input and recomputes its inside during backward (autograd's ``recompute`` primitive),
 trading one extra block forward for the activation memory of every block.
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from .. import creation
-from ..autograd import Variable, checkpoint, cross_entropy
+from ..autograd import Variable, cross_entropy, recompute
 from ..device import Device
 from ..device import device as as_device
 from ..errors import ShapeError
@@ -24,7 +24,7 @@ from .attention import ATTENTION_MODES, CausalSelfAttention
 from .layers import MLP, Embedding, LayerNorm, Linear
 from .module import Module
 
-CHECKPOINTING_MODES = ("none", "block")
+RECOMPUTE_MODES = ("none", "block")
 
 
 @dataclass
@@ -35,7 +35,7 @@ class GPTConfig:
     heads: int = 4
     width: int = 128
     attention: str = "materialized"  # or "flash"
-    checkpointing: str = "none"  # or "block"
+    recompute: str = "none"  # or "block"
 
     def __post_init__(self) -> None:
         for name in ("vocab", "context", "layers", "heads", "width"):
@@ -49,10 +49,10 @@ class GPTConfig:
             raise ValueError(
                 f"[GPTConfig] attention must be one of {ATTENTION_MODES}; got {self.attention!r}"
             )
-        if self.checkpointing not in CHECKPOINTING_MODES:
+        if self.recompute not in RECOMPUTE_MODES:
             raise ValueError(
-                f"[GPTConfig] checkpointing must be one of {CHECKPOINTING_MODES}; "
-                f"got {self.checkpointing!r}"
+                f"[GPTConfig] recompute must be one of {RECOMPUTE_MODES}; "
+                f"got {self.recompute!r}"
             )
 
     def to_dict(self) -> dict[str, Any]:
@@ -121,8 +121,8 @@ class GPT(Module):
         tok = self.wte(idx)  # (B, T, C)
         x = (tok + self.wpe(pos).broadcast_to((B, T, C))).reshape(B * T, C)  # (B*T, C)
         for block in self.blocks:
-            if self.config.checkpointing == "block":
-                x = checkpoint(lambda h, blk=block: blk(h, B, T), [x], block.parameters())
+            if self.config.recompute == "block":
+                x = recompute(lambda h, blk=block: blk(h, B, T), [x], block.parameters())
             else:
                 x = block(x, B, T)
         return x

@@ -43,7 +43,7 @@ RUN_FLAGS = {
     "heads": ("model", "heads"),
     "width": ("model", "width"),
     "attention": ("model", "attention"),
-    "checkpointing": ("model", "checkpointing"),
+    "recompute": ("model", "recompute"),
 }
 
 
@@ -112,7 +112,7 @@ def build_train_parser() -> argparse.ArgumentParser:
         help="flash never holds a (T, T) matrix on a GPU backend",
     )
     p.add_argument(
-        "--checkpointing",
+        "--recompute",
         choices=["none", "block"],
         default="none",
         help="recompute each block in backward to save activation memory",
@@ -274,7 +274,7 @@ def _train(args: argparse.Namespace, given: set[str]) -> int:
             heads=args.heads,
             width=args.width,
             attention=args.attention,
-            checkpointing=args.checkpointing,
+            recompute=args.recompute,
         )
         cfg = TrainConfig(
             steps=args.steps or DEFAULT_STEPS,
@@ -301,7 +301,7 @@ def _train(args: argparse.Namespace, given: set[str]) -> int:
     print(
         f"model: {model.num_parameters():,} parameters: {mcfg.layers} layers, {mcfg.heads} "
         f"heads, width {mcfg.width}, context {mcfg.context}, {mcfg.attention} attention, "
-        f"checkpointing {mcfg.checkpointing}; {np.dtype(model.params_dtype).name} on "
+        f"recompute {mcfg.recompute}; {np.dtype(model.params_dtype).name} on "
         f"{model.device}"
     )
     loss = "cross-entropy" if not cfg.label_smoothing else f"label smoothing {cfg.label_smoothing}"

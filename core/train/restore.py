@@ -60,9 +60,16 @@ def tokenizer_from(ckpt: Checkpoint) -> CharTokenizer:
         ) from None
 
 
+def _model_config(**fields: Any) -> GPTConfig:
+    """Checkpoints written before the rename name ``recompute`` ``checkpointing``."""
+    if "checkpointing" in fields and "recompute" not in fields:
+        fields["recompute"] = fields.pop("checkpointing")
+    return GPTConfig(**fields)
+
+
 def model_from(ckpt: Checkpoint, device: str | Device | None, seed: int = 0) -> GPT:
     """The GPT that ``state.json`` describes, holding the weights of ``model.safetensors``."""
-    mcfg = build(ckpt, "model", GPTConfig, "model config")
+    mcfg = build(ckpt, "model", _model_config, "model config")
     dtype = field_of(ckpt, "dtype")
     if dtype not in PARAM_DTYPES:
         raise CheckpointError(

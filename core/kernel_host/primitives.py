@@ -1,6 +1,6 @@
 """Host side of the primitive kernels: each method sizes its output and queues launches.
 
-Mixed into :class:`~riftco.kernels.backend.KernelBackend`, which provides ``launch``,
+Mixed into :class:`~riftco.kernel_host.backend.KernelBackend`, which provides ``launch``,
 ``empty`` and the rest of ``host.KernelHost``; kernel shapes follow the runtime's declared
 capabilities. Operands arrive dense (core copies views first); results are fresh dense
 tensors. Nothing here waits for the device.

@@ -43,7 +43,7 @@ except ImportError:  # pragma: no cover - Windows: entries are still shared, bui
 CACHE_DIR_ENV = "RIFTCO_CACHE_DIR"
 KERNEL_CACHE_ENV = "RIFTCO_KERNEL_CACHE"
 _MAGIC = b"riftco-kernel 1\n"
-_log = logging.getLogger("riftco.kernels.cache")
+_log = logging.getLogger("riftco.kernel_host.cache")
 
 
 def cache_root() -> Path:
