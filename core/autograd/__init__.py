@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import Any
 
 from . import operations as _o
-from .recompute import recompute
 from .custom_gradient import custom_gradient
 from .domain import flush as check_domain
 from .domain import set_domain_checks
@@ -52,6 +51,7 @@ from .operations import (
     transpose,
 )
 from .operations import pow as power
+from .recompute import recompute
 
 
 def _install() -> None:

@@ -149,8 +149,7 @@ def recompute(
     boundary_outer = inputs + params
     if len({id(x) for x in boundary_outer}) != len(boundary_outer):
         raise GradientError(
-            "[recompute] inputs and params must be unique Variables (a dependency was listed "
-            "twice)"
+            "[recompute] inputs and params must be unique Variables (a dependency was listed twice)"
         )
     if not _GradMode.enabled:
         return fn(*inputs)
@@ -181,8 +180,8 @@ def recompute(
             v = again._value
             if (v.shape, v.dtype, v.backend) != spec:
                 raise GradientError(
-                    f"[recompute] the second run gave {v.shape} {v.dtype} on {v.device}; the first run "
-                    f"gave {spec[0]} {spec[1]} on {spec[2].name}: fn must be deterministic"
+                    f"[recompute] the second run gave {v.shape} {v.dtype} on {v.device}; the first "
+                    f"run gave {spec[0]} {spec[1]} on {spec[2].name}: fn must be deterministic"
                 )
             boundary = again_in + params
             now = (
@@ -190,8 +189,8 @@ def recompute(
             )
             if now != reached:
                 raise GradientError(
-                    f"[recompute] the second run reached boundary positions {sorted(now)}, the first run "
-                    f"{sorted(reached)}: fn must be deterministic"
+                    f"[recompute] the second run reached boundary positions {sorted(now)}, the "
+                    f"first run {sorted(reached)}: fn must be deterministic"
                 )
             if not again.requires_grad:
                 return [None] * len(boundary)

@@ -51,8 +51,7 @@ class GPTConfig:
             )
         if self.recompute not in RECOMPUTE_MODES:
             raise ValueError(
-                f"[GPTConfig] recompute must be one of {RECOMPUTE_MODES}; "
-                f"got {self.recompute!r}"
+                f"[GPTConfig] recompute must be one of {RECOMPUTE_MODES}; got {self.recompute!r}"
             )
 
     def to_dict(self) -> dict[str, Any]:
