@@ -25,6 +25,7 @@ from .dtypes import float32, float64, int32, int64
 from .errors import (
     BackendContractError,
     BackendUnavailableError,
+    CaptureError,
     DeviceMismatchError,
     DomainError,
     DTypeError,
@@ -40,6 +41,7 @@ from .errors import (
 )
 from .hookspecs import hookimpl, hookspec
 from .plugins import get_registry, register
+from .replay import CaptureWarning, capture
 from .tensor import Tensor
 
 try:
@@ -50,7 +52,7 @@ except _metadata.PackageNotFoundError:  # running from a source tree without ins
 from . import shadow as _shadow  # noqa: E402,F401  (RIFTCO_VALIDATE=cpu: shadow validation)
 
 __all__ = [
-    "autograd", "optim", "Variable", "no_grad",
+    "autograd", "optim", "Variable", "no_grad", "capture", "CaptureWarning", "CaptureError",
     "PROTOCOL_VERSION", "Backend", "BackendBase", "FusedBackend", "Capabilities", "DeviceInfo",
     "Tensor",
     "Device", "device", "default_device", "get_default_device", "get_registry", "register",

@@ -64,6 +64,11 @@ class BackendContractError(RiftcoError, RuntimeError):
     an input where a new tensor is promised). The message names the op and the backend."""
 
 
+class CaptureError(RiftcoError, RuntimeError):
+    """A step cannot be captured as written (it reads device values, writes a tensor it
+    did not get as an argument, ...); the message says what and how to change it."""
+
+
 class ValidationError(RiftcoError, AssertionError):
     """Shadow validation (``RIFTCO_VALIDATE=cpu``) saw a backend diverge from the reference."""
 

@@ -18,6 +18,7 @@ import numpy as np
 from . import ops
 from .autograd import Variable
 from .errors import DTypeError, ShapeError
+from .ops.capture_hooks import host
 from .ops.fused.adam_multi import CLIP_EPS
 from .tensor import Tensor
 
@@ -105,6 +106,20 @@ class AdamW:
         them in a training run) take one ``adam_update_multi`` call; a backend without
         the native op runs its composite (the scale from primitives, then ``adam_update``
         per parameter)."""
+        b1, b2 = self.betas
+        # The bookkeeping (state made on first use, step counts) is host work a captured
+        # step must redo on every replay, and what it hands over (the parameters' current
+        # tensors, their moments, the step count) is what the replay must use.
+        for step, values, grads, ms, vs in host(self._advance):
+            norm = None if grad_norm is None else _norm_on(grad_norm, values[0])
+            ops.adam_update_multi(
+                values, grads, ms, vs, self.lr, b1, b2, self.eps, self.weight_decay, step,
+                norm, max_norm,
+            )  # fmt: skip
+
+    def _advance(self) -> list[tuple[int, list[Tensor], list[Tensor], list[Tensor], list[Tensor]]]:
+        """Count one step for every parameter with a gradient; group them per backend,
+        dtype and step count: ``[(step, values, grads, ms, vs)]``."""
         groups: dict[tuple[int, Any, int], list[int]] = {}
         for i, p in enumerate(self.params):
             if p.grad is None:
@@ -115,26 +130,17 @@ class AdamW:
                 st = self.state[i] = {"m": _zeros(v), "v": _zeros(v), "step": 0}
             st["step"] += 1
             groups.setdefault((id(v.backend), v.dtype, st["step"]), []).append(i)
-        b1, b2 = self.betas
+        out = []
         for (_, _, step), idx in groups.items():
-            values = [self.params[i].value for i in idx]
-            grads = [_grad(self.params[i]) for i in idx]
             states = [st for st in (self.state[i] for i in idx) if st is not None]
-            norm = None if grad_norm is None else _norm_on(grad_norm, values[0])
-            ops.adam_update_multi(
-                values,
-                grads,
+            out.append((
+                step,
+                [self.params[i].value for i in idx],
+                [_grad(self.params[i]) for i in idx],
                 [st["m"] for st in states],
                 [st["v"] for st in states],
-                self.lr,
-                b1,
-                b2,
-                self.eps,
-                self.weight_decay,
-                step,
-                norm,
-                max_norm,
-            )
+            ))  # fmt: skip
+        return out
 
     def zero_grad(self) -> None:
         for p in self.params:

@@ -32,6 +32,7 @@ import numpy as np
 
 from .. import ops
 from ..errors import DomainError
+from ..ops.capture_hooks import host
 from ..tensor import Tensor
 
 MODES = ("auto", "eager", "deferred", "off")
@@ -80,18 +81,25 @@ def _defer(check: _Check) -> None:
 
 
 def require_positive(op: str, x: Tensor) -> None:
-    """``x > 0`` everywhere (the domain of ``log``/``sqrt`` and their derivatives)."""
+    """``x > 0`` everywhere (the domain of ``log``/``sqrt`` and their derivatives).
+
+    The reading of the flag goes through ``capture_hooks.host`` so that a captured step
+    checks its own values on every replay."""
     mode = _State.mode
     if mode == "off" or x.size == 0:
         return
     flag = ops.max(ops.neg(x))
-    if mode == "eager" or (mode == "auto" and _on_host(x)):
-        value = float(flag.item())
-        if not value < 0:
-            raise _fail(op, x.shape, value)
-        return
     shape = x.shape
-    _defer(_Check(flag, lambda: _fail(op, shape, float(flag.item()))))
+    if mode == "eager" or (mode == "auto" and _on_host(x)):
+        host(lambda f: _positive_now(op, shape, f), flag)
+    else:
+        host(lambda f: _defer(_Check(f, lambda: _fail(op, shape, float(f.item())))), flag)
+
+
+def _positive_now(op: str, shape: tuple[int, ...], flag: Tensor) -> None:
+    value = float(flag.item())
+    if not value < 0:
+        raise _fail(op, shape, value)
 
 
 def _range_error(
@@ -122,10 +130,7 @@ def require_in_range(
         return
     mode = _State.mode
     if _on_host(ids) and mode != "deferred":
-        host = ids.numpy()
-        lo, hi = int(host.min()), int(host.max())
-        if lo < low or hi >= high:
-            raise _range_error(op, what, low, high, lo, hi, note)
+        host(lambda t: _range_now(op, what, low, high, note, t), ids)
         return
     values = ops.cast(ids, "float32") if as_float is None else as_float
     hi_t = ops.max(values)
@@ -134,19 +139,34 @@ def require_in_range(
         ops.add_scalar(neg_lo, low - 0.5), ops.add_scalar(hi_t, -(high - 0.5))
     )  # > 0 exactly when lo <= low - 1 or hi >= high
 
-    def fail() -> DomainError:
-        lo, hi = -float(neg_lo.item()), float(hi_t.item())
-        return _range_error(op, what, low, high, f"{lo:.0f}", f"{hi:.0f}", note)
+    def check(flag: Tensor, neg_lo: Tensor, hi_t: Tensor) -> None:
+        def fail() -> DomainError:
+            lo, hi = -float(neg_lo.item()), float(hi_t.item())
+            return _range_error(op, what, low, high, f"{lo:.0f}", f"{hi:.0f}", note)
 
-    if mode == "eager":
-        if not float(flag.item()) < 0:
-            raise fail()
-        return
-    _defer(_Check(flag, fail))
+        if mode == "eager":
+            if not float(flag.item()) < 0:
+                raise fail()
+            return
+        _defer(_Check(flag, fail))
+
+    host(check, flag, neg_lo, hi_t)
+
+
+def _range_now(op: str, what: str, low: int, high: int, note: str, ids: Tensor) -> None:
+    host_ids = ids.numpy()
+    lo, hi = int(host_ids.min()), int(host_ids.max())
+    if lo < low or hi >= high:
+        raise _range_error(op, what, low, high, lo, hi, note)
 
 
 def flush() -> None:
     """Read every pending flag (one download per backend and dtype); raise on the first bad."""
+    if _State.pending:
+        host(_flush_pending)
+
+
+def _flush_pending() -> None:
     pending = _State.pending
     if not pending:
         return

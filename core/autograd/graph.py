@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import ops
 from ..errors import DeviceMismatchError, DTypeError, GradientError, ShapeError, StaleGraphError
+from ..ops.capture_hooks import published
 from ..tensor import Tensor
 from . import domain
 
@@ -261,7 +262,7 @@ class Variable:
                 g = grads.get(node)
                 final.append((node, _zeros(node._value) if g is None else g.contiguous()))
         for node, g in final:
-            node.grad = g
+            published(node, g)
 
 
 def make(

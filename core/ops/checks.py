@@ -16,6 +16,7 @@ import numpy as np
 from .. import dtypes as _dt
 from ..errors import DeviceMismatchError, DTypeError, ShapeError
 from ..tensor import Tensor
+from .capture_hooks import DynamicFloat
 
 if TYPE_CHECKING:
     from ..backend import Backend
@@ -97,6 +98,8 @@ def number(op: str, value: Any, what: str) -> float:
     """A Python (or numpy) real number as a float; bools and tensors are refused."""
     if not isinstance(value, (int, float, np.integer, np.floating)) or isinstance(value, bool):
         raise DTypeError(f"[{op}] {what} must be a Python number; got {type(value).__name__}")
+    if type(value) is DynamicFloat:  # a captured step refills it on replay: keep it traceable
+        return value
     return float(value)
 
 

@@ -18,6 +18,7 @@ import numpy as np
 
 from ..errors import DomainError
 from ..tensor import Tensor
+from .capture_hooks import host
 
 #: (backend, flag tensor (> 0 means violated), message maker)
 _pending: list[tuple[Any, Tensor, Callable[[], str]]] = []
@@ -31,6 +32,10 @@ def host_resident(x: Tensor) -> bool:
 
 def defer(flag: Tensor, message: Callable[[], str]) -> None:
     """Raise ``DomainError(message())`` at the next sync if ``flag`` holds a value > 0."""
+    host(lambda f: _add(f, message), flag)  # a captured step defers its own flag again
+
+
+def _add(flag: Tensor, message: Callable[[], str]) -> None:
     _pending.append((flag.backend, flag, message))
     if len(_pending) >= _MAX_PENDING:
         flush()

@@ -28,6 +28,7 @@ import numpy as np
 
 from ..errors import BackendContractError, OutOfMemoryError
 from ..tensor import Tensor
+from .capture_hooks import ACTIVE
 from .opunit import OpUnit
 
 if TYPE_CHECKING:
@@ -77,6 +78,9 @@ def dispatch(
 
     ``prep=False`` passes views through untouched (``copy_strided`` and ``to_numpy``
     exist to read them)."""
+    r = ACTIVE.recorder
+    if r is not None:  # riftco.capture: see each backend a recorded step reaches
+        r.see(backend)
     fn = getattr(backend, unit.name, None)
     try:  # free when nothing raises (zero-cost exception handling)
         if fn is None:

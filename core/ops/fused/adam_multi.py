@@ -18,6 +18,7 @@ from typing import Any, Protocol
 from ...errors import DomainError, DTypeError, ShapeError
 from ...tensor import Tensor
 from .. import checks
+from ..capture_hooks import DynamicInt
 from ..dispatch import dispatch
 from ..opunit import OpUnit, Tolerance, Tolerances, register, samples_module
 from ..primitive.binary import add_scalar, div, maximum, mul
@@ -124,7 +125,8 @@ def adam_update_multi(
     written = [id(t.storage) for t in (*ps, *m_list, *v_list)]
     if len(set(written)) != len(written):
         raise ShapeError(f"[{op}] a param, m or v storage is listed twice (updates would race)")
-    args = (ps, gs, m_list, v_list, *hyper, int(step), grad_norm, limit)
+    step = step if type(step) is DynamicInt else int(step)  # a captured step refills it
+    args = (ps, gs, m_list, v_list, *hyper, step, grad_norm, limit)
     dispatch(ADAM_UPDATE_MULTI, backend, args, None)
     for t in (*ps, *m_list, *v_list):
         t.bump_version()

@@ -17,6 +17,7 @@ import numpy as np
 from ...errors import DomainError, ShapeError
 from ...tensor import Tensor
 from .. import checks, deferred
+from ..capture_hooks import host
 from ..dispatch import Out, dispatch
 from ..opunit import EXACT_TOLERANCES, OpUnit, Tolerance, Tolerances, register, samples_module
 from ..primitive.binary import add
@@ -52,12 +53,14 @@ def check_ids(op: str, backend: Any, ids: Tensor, what: str, low: int, high: int
     checks.index(op, ids, what)
     checks.supported(op, backend, ids.dtype)
     if ids.size and deferred.host_resident(ids):
-        host = ids.numpy()
-        lo, hi = int(host.min()), int(host.max())
-        if lo < low or hi >= high:
-            raise DomainError(
-                f"[{op}] {what} must lie in [{low}, {high}); got values in [{lo}, {hi}]"
-            )
+        host(lambda t: _ids_in_range(op, what, low, high, t), ids)  # again on each replay
+
+
+def _ids_in_range(op: str, what: str, low: int, high: int, ids: Tensor) -> None:
+    values = ids.numpy()
+    lo, hi = int(values.min()), int(values.max())
+    if lo < low or hi >= high:
+        raise DomainError(f"[{op}] {what} must lie in [{low}, {high}); got values in [{lo}, {hi}]")
 
 
 def defer_range(op: str, ids: Tensor, like: Tensor, what: str, low: int, high: int) -> None:
