@@ -21,7 +21,8 @@ The contract (JAX's ``jit`` and TinyJit have the same one):
   the step keeps running as written.
 * Other tensors the step only reads (a mask, a gradient seed) are kept from the
   recording; one written in place between calls makes the next call record again.
-* The step may not download device values (``.item()``, ``.numpy()``): return them.
+* A step that downloads device values (``.item()``, ``.numpy()``) may act on them: it
+  runs as written (``CaptureWarning``); return such tensors instead.
 * Arguments with other shapes record again, with a ``CaptureWarning``; a number
   argument whose sign, finiteness or type changed runs that call as written (so a NaN
   learning rate reaches the op's own check).
@@ -105,8 +106,13 @@ def _signature(args: tuple[Any, ...]) -> tuple[tuple[Any, ...], tuple[Any, ...]]
 class Captured(Generic[R]):
     """A step function that records itself and then replays (see the module docstring)."""
 
-    def __init__(self, fn: Callable[..., R], *, warmup: int = 1, verify: bool = True) -> None:
+    def __init__(
+        self, fn: Callable[..., R], *, warmup: int = 1, verify: bool = True, warn: bool = True
+    ) -> None:
         self.fn = fn
+        self.warn = warn
+        self.refused = ""  # the last reason a recording could not be replayed
+        self.timing: list[float] | None = None  # a list: replays add their backend seconds
         self.warmup = warmup
         self.verify = verify
         self.stats = CaptureStats()
@@ -133,7 +139,7 @@ class Captured(Generic[R]):
                 self.stats.eager += 1
                 return self.fn(*args)  # the op's own checks see the new number
             try:
-                out = state.plan.replay(args)
+                out = state.plan.replay(args, self.timing)
             except Stale as why:
                 warnings.warn(
                     f"[capture] {self._name()}: {why}; recording the step again",
@@ -148,28 +154,38 @@ class Captured(Generic[R]):
             state.seen += 1
             self.stats.eager += 1
             return self.fn(*args)
-        plan, out = self._record(args)
+        plan, out, refusal = self._record(args)
         self.stats.recorded += 1
+        if plan is None:
+            self._refuse(state, refusal)
+            return out
         if self.verify and state.candidate is None:
             state.candidate = plan
             return out
         if self.verify and state.candidate is not None:
             why = difference(state.candidate, plan)
             if why is not None:
-                state.eager_only = why
-                warnings.warn(
-                    f"[capture] {self._name()} cannot be replayed: two recordings differ "
-                    f"({why}); a value that changes per call must be an argument of the "
-                    "step. It keeps running as written",
-                    CaptureWarning,
-                    stacklevel=2,
+                self._refuse(
+                    state,
+                    f"two recordings differ ({why}); a value that changes per call must be "
+                    "an argument of the step",
                 )
                 return out
         state.plan, state.signs = plan, signs
         self.stats.backend_calls = plan.calls
         return out
 
-    def _record(self, args: tuple[Any, ...]) -> tuple[Plan, Any]:
+    def _refuse(self, state: _Key, why: str) -> None:
+        """This signature runs as written from now on; say why once."""
+        state.eager_only = self.refused = why
+        if self.warn:
+            warnings.warn(
+                f"[capture] {self._name()} cannot be replayed: {why}. It keeps running as written",
+                CaptureWarning,
+                stacklevel=3,
+            )
+
+    def _record(self, args: tuple[Any, ...]) -> tuple[Plan | None, Any, str]:
         rec = Recorder()
         dyn_args = list(args)
         arg_dyn = []
@@ -190,7 +206,7 @@ class Captured(Generic[R]):
             plan = rec.finish(args, arg_dyn, out)
         finally:
             stop(rec)
-        return plan, out
+        return plan, out, rec.refusal
 
     def _name(self) -> str:
         return getattr(self.fn, "__qualname__", "step")
@@ -211,9 +227,12 @@ def _short(k: Any) -> str:
     return str(k)[:60]
 
 
-def capture(fn: Callable[..., R], *, warmup: int = 1, verify: bool = True) -> Captured[R]:
+def capture(
+    fn: Callable[..., R], *, warmup: int = 1, verify: bool = True, warn: bool = True
+) -> Captured[R]:
     """Wrap ``fn`` to be recorded once and replayed (see :mod:`riftco.replay`).
 
     ``warmup`` calls run as written first; ``verify`` records twice and replays only
-    when both recordings agree."""
-    return Captured(fn, warmup=warmup, verify=verify)
+    when both recordings agree; ``warn`` says with a ``CaptureWarning`` when a step
+    cannot be replayed (``Captured.refused`` keeps the reason either way)."""
+    return Captured(fn, warmup=warmup, verify=verify, warn=warn)

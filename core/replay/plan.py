@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from time import perf_counter
 from typing import Any
 
 import numpy as np
@@ -120,12 +121,15 @@ class Plan:
     deltas: list[tuple[int, int]]  # (slot, version increase per step)
     result: Any
     names: list[str] = field(default_factory=list)  # per entry, for messages
+    drops: list[tuple[int, ...]] = field(default_factory=list)  # per entry: slots let go
 
     @property
     def calls(self) -> int:
         return sum(1 for e in self.entries if e[0] == CALL)
 
-    def replay(self, args: Sequence[Any]) -> Any:
+    def replay(self, args: Sequence[Any], timing: list[float] | None = None) -> Any:
+        """Run the plan on ``args``; ``timing`` (a list) gets the seconds spent inside
+        backend calls appended (for benchmarks: what is not backend time is overhead)."""
         slots: list[Any] = [None] * self.n_slots
         dyn: list[Any] = [None] * self.n_dyn
         for slot, pos in self.arg_slots:
@@ -142,11 +146,17 @@ class Plan:
             slots[slot] = t
         for index, pos in self.arg_dyn:
             dyn[index] = args[pos]
-        names = self.names
+        names, drops = self.names, self.drops
         for i, e in enumerate(self.entries):
             kind = e[0]
             if kind == CALL:
-                out = e[1](*[resolve(a, slots, dyn) for a in e[2]])
+                if timing is None:
+                    out = e[1](*[resolve(a, slots, dyn) for a in e[2]])
+                else:
+                    call_args = [resolve(a, slots, dyn) for a in e[2]]
+                    t0 = perf_counter()
+                    out = e[1](*call_args)
+                    timing.append(perf_counter() - t0)
                 if e[3] is not None:
                     bind(e[3], out, slots)
             elif kind == HOST:
@@ -154,6 +164,8 @@ class Plan:
                 bind_host(e[3], out, slots, dyn, names[i])
             else:
                 e[1].grad = resolve(e[2], slots, dyn)
+            for slot in drops[i]:  # last use: the buffer goes back as the eager step's would
+                slots[slot] = None
         for slot, d in self.deltas:
             slots[slot].storage.version += d
         return build(self.result, slots, dyn)

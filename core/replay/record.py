@@ -41,11 +41,17 @@ class Recorder:
         self.slot: dict[int, int] = {}  # id(storage) -> slot
         self.bases: list[Tensor] = []  # slot -> first tensor seen (keeps the id valid)
         self.made: list[bool] = []  # slot -> produced inside the step (call or host)
+        self.by_call: set[int] = set()  # slots a backend call produced (intermediates)
         self.first_version: list[int] = []
         self.dyn: list[Any] = []
         self.depth = 0
         self.shadowed: dict[int, tuple[Any, dict[str, Any]]] = {}
         self.published_vars: list[Variable] = []
+        self.refusal = ""  # why this run cannot be replayed (it still runs to the end)
+
+    def refuse(self, why: str) -> None:
+        if not self.refusal:
+            self.refusal = why
 
     # -- the hooks the layers below call -------------------------------------------------
     def see(self, backend: Any) -> None:
@@ -87,10 +93,11 @@ class Recorder:
         if self.depth:
             return
         if var._backward is not None:
-            raise CaptureError(
-                "[capture] the step publishes the gradient of a non-leaf Variable "
-                "(retain_grad); a replay has no graph to hold it: return that gradient instead"
+            self.refuse(
+                "the step publishes the gradient of a non-leaf Variable (retain_grad); a "
+                "replay has no graph to hold it: return that gradient instead"
             )
+            return
         self.entries.append((GRAD, var, self.arg(grad)))
         self.names.append(f"{var.name or 'parameter'}.grad")
         self.published_vars.append(var)
@@ -102,13 +109,14 @@ class Recorder:
         def recorded(*args: Any) -> Any:
             if rec.depth:
                 return method(*args)
-            if name == "to_numpy":
+            if name == "to_numpy":  # the step may branch on what it reads: not replayable
                 x = args[0]
-                raise CaptureError(
-                    f"[capture] the step downloads a tensor {x.shape} {x.dtype.name} from "
-                    f"{backend.name} (.numpy(), .item()): a replay cannot read device values "
-                    "mid-step. Return the tensor from the step and read it after the call"
+                rec.refuse(
+                    f"the step downloads a tensor {x.shape} {x.dtype.name} from "
+                    f"{backend.name} (.numpy(), .item()) and may act on its values; return "
+                    "the tensor from the step and read it after the call"
                 )
+                return method(*args)
             tpl = tuple(rec.arg(a) for a in args)
             rec.depth += 1
             try:  # the backend gets plain numbers: numpy treats a float subclass as float64
@@ -161,7 +169,9 @@ class Recorder:
         if type(out) is Tensor:
             if id(out.storage) in self.slot:
                 return None
-            return (T, self.new_slot(out, True))
+            i = self.new_slot(out, True)
+            self.by_call.add(i)
+            return (T, i)
         if type(out) in (list, tuple):
             specs = tuple(self.out_spec(o) for o in out)
             return None if all(s is None for s in specs) else (S, specs)
@@ -192,7 +202,10 @@ class Recorder:
         )
 
     # -- the end ----------------------------------------------------------------------------
-    def finish(self, args: Sequence[Any], arg_dyn: list[tuple[int, int]], result: Any) -> Plan:
+    def finish(
+        self, args: Sequence[Any], arg_dyn: list[tuple[int, int]], result: Any
+    ) -> Plan | None:
+        """The plan of this run, or None when it cannot be replayed (see ``refusal``)."""
         arg_slots = []
         for pos, a in enumerate(args):
             t = a._value if type(a) is Variable else a
@@ -208,21 +221,26 @@ class Recorder:
             if i is not None and i not in from_args and not self.made[i]:
                 var_slots.append((i, var, layout(var._value)))
         sourced = from_args | {i for i, _, _ in var_slots}
+        spec = self.result_spec(result)
+        drops, dropped = self.lifetimes(spec)
         pinned = []
         deltas = []
         for i, t in enumerate(self.bases):
             d = t.storage.version - self.first_version[i]
-            if d:
+            if d and i not in dropped:
                 deltas.append((i, d))
             if self.made[i] or i in sourced:
                 continue
             if d:
-                raise CaptureError(
-                    f"[capture] the step writes a tensor {t.shape} {t.dtype.name} it neither "
-                    "made nor got as an argument or parameter; a replay would write the "
-                    "recorded one again. Pass it to the step as an argument"
+                self.refuse(
+                    f"the step writes a tensor {t.shape} {t.dtype.name} it neither made nor "
+                    "got as an argument or parameter; a replay would write the recorded one "
+                    "again. Pass it to the step as an argument"
                 )
             pinned.append((i, t, t.storage.version))
+        if self.refusal:
+            self.bases = []
+            return None
         plan = Plan(
             entries=self.entries,
             n_slots=len(self.bases),
@@ -232,11 +250,34 @@ class Recorder:
             var_slots=var_slots,
             pinned=pinned,
             deltas=deltas,
-            result=self.result_spec(result),
+            result=spec,
             names=self.names,
+            drops=drops,
         )
         self.bases = []  # the recording's intermediates die with it
         return plan
+
+    def lifetimes(self, result: Any) -> tuple[list[tuple[int, ...]], set[int]]:
+        """Per entry, the intermediates the replay can let go of after it (their last
+        use), so a replay holds no more memory than the eager step; and all of them.
+        What the step returns or publishes, and every tensor it did not make with a
+        backend call, lives to the end."""
+        last: dict[int, int] = {}
+        for k, e in enumerate(self.entries):
+            for t in e[2] if e[0] != GRAD else (e[2],):
+                for i in _slots(t):
+                    last[i] = k
+        keep = set(_slots(result)) if result is not None else set()
+        for e in self.entries:
+            if e[0] == GRAD:
+                keep.update(_slots(e[2]))
+        drops: list[list[int]] = [[] for _ in self.entries]
+        dropped = set()
+        for i in self.by_call - keep:
+            if i in last:
+                drops[last[i]].append(i)
+                dropped.add(i)
+        return [tuple(d) for d in drops], dropped
 
     def result_spec(self, out: Any) -> Any:
         if out is None:
@@ -247,11 +288,25 @@ class Recorder:
             return self.arg(out)
         if type(out) in (list, tuple):
             return ("seq", type(out), tuple(self.result_spec(o) for o in out))
-        raise CaptureError(
-            f"[capture] the step returned a {type(out).__name__}; a captured step returns "
-            "Tensors, Variables, None or tuples of them (a Python number would be frozen at "
-            "its recorded value)"
+        self.refuse(
+            f"the step returned a {type(out).__name__}; a captured step returns Tensors, "
+            "Variables, None or tuples of them (a Python number would be frozen at its "
+            "recorded value)"
         )
+        return None
+
+
+def _slots(tpl: Any) -> list[int]:
+    """The slots a template (or a result spec) reads."""
+    if not isinstance(tpl, tuple) or not tpl:
+        return []
+    if tpl[0] == T and len(tpl) == 3 and isinstance(tpl[1], int):
+        return [tpl[1]]
+    if tpl[0] == S or tpl[0] == "seq":
+        return [i for t in tpl[-1] for i in _slots(t)]
+    if tpl[0] == "v":
+        return _slots(tpl[1])
+    return []
 
 
 def _plain(a: Any) -> Any:

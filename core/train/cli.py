@@ -118,6 +118,13 @@ def build_train_parser() -> argparse.ArgumentParser:
         help="recompute each block in backward to save activation memory",
     )
     p.add_argument(
+        "--capture",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="record the training step once and replay it without its Python "
+        "(riftco.capture; the same bits as --no-capture)",
+    )
+    p.add_argument(
         "--label-smoothing",
         type=FRACTION.arg(),
         default=0.0,
@@ -291,6 +298,7 @@ def _train(args: argparse.Namespace, given: set[str]) -> int:
         )
         model = GPT(mcfg, device=dev, seed=args.seed)
         trainer = Trainer(model, data, cfg, Path(args.out), args.data)
+    trainer.capture = args.capture
     data, model, mcfg, cfg = trainer.data, trainer.model, trainer.model.config, trainer.cfg
     n_train, n_val = len(data.train), len(data.val)
     print(

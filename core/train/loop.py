@@ -36,6 +36,7 @@ from ..device import device as as_device
 from ..errors import DomainError, RiftcoError
 from ..nn import GPT
 from ..optim import AdamW, grad_norm
+from ..replay import capture
 from ..tensor import Tensor
 from . import restore
 from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
@@ -168,9 +169,14 @@ class Trainer:
     train_losses: list[tuple[int, float]] = field(default_factory=list)
     val_losses: list[tuple[int, float]] = field(default_factory=list)
     last_checkpoint: Path | None = None  # the newest complete checkpoint of this run
+    # Replay the recorded step (riftco.capture): the same bits as running it, without its
+    # Python; a run-time choice, so not part of a checkpoint. None: on with riftco's own
+    # loss heads, off with a custom one (its Python may keep state a replay would skip).
+    capture: bool | None = None
 
     def __post_init__(self) -> None:
         self.cfg.validate()
+        self._own_head = self.head is None
         if self.head is None and self.cfg.label_smoothing > 0:
             self.head = label_smoothing_head(self.model.config.vocab, self.cfg.label_smoothing)
         self.head = as_head(self.head)
@@ -190,6 +196,7 @@ class Trainer:
         self._val: list[tuple[Tensor, Tensor]] | None = None
         self._stop = False
         self._stop_signal: int | None = None
+        self._captured: Callable[[Tensor, Tensor, float], Tensor] | None = None
 
     @property
     def device(self) -> Device:
@@ -203,20 +210,30 @@ class Trainer:
         ctx = self.model.config.context
         x, y = self.data.batch("train", self.cfg.batch_size, ctx, self.rng)
         lr = lr_at(self.step, self.cfg.lr, self.cfg.warmup, self.cfg.steps, self.cfg.min_lr_ratio)
-        logits = self.model(self._upload(x))  # (B*T, V)
-        loss = self.head.loss_and_backward(logits, self._upload(y.reshape(-1)))
-        # Clipping inside the update: the norm stays on the device and both optimizers
-        # scale by it as they step (the bits clip_grad_norm + step gave, minus its passes).
-        norm = grad_norm(self.params) if self.cfg.grad_clip > 0 else None
         for opt in self.optimizers:
-            opt.lr = lr
-            opt.step(grad_norm=norm, max_norm=self.cfg.grad_clip)
+            opt.lr = lr  # what a checkpoint saves; a replayed step takes lr as its argument
+        if self._captured is None:
+            on = self._own_head if self.capture is None else self.capture
+            self._captured = capture(self._step, warn=False) if on else self._step
+        loss = self._captured(self._upload(x), self._upload(y.reshape(-1)), lr)
         self.step += 1
         value = float(loss.item())
         self.train_losses.append((self.step, value))
         if not math.isfinite(value):
             raise self._diverged(f"the training loss is {value} at step {self.step} (lr {lr:.3g})")
         return value
+
+    def _step(self, x: Tensor, y: Tensor, lr: float) -> Tensor:
+        """Forward, backward and update: what ``riftco.capture`` records and replays."""
+        logits = self.model(x)  # (B*T, V)
+        loss = self.head.loss_and_backward(logits, y)
+        # Clipping inside the update: the norm stays on the device and both optimizers
+        # scale by it as they step (the bits clip_grad_norm + step gave, minus its passes).
+        norm = grad_norm(self.params) if self.cfg.grad_clip > 0 else None
+        for opt in self.optimizers:
+            opt.lr = lr
+            opt.step(grad_norm=norm, max_norm=self.cfg.grad_clip)
+        return loss
 
     def _diverged(self, what: str) -> DivergenceError:
         if self.last_checkpoint is not None:
