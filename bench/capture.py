@@ -144,8 +144,8 @@ def measure(backend: str, config: str, steps: int, block: int) -> dict[str, Any]
                 inside.append(m.seconds)
         if hasattr(be, "transfer_stats"):
             launches = be.transfer_stats()["launches"] // 3
-        counts[name] = {"calls": m.calls, "waits": m.waits, "launches": launches,
-                        "host_ms": statistics.median(t - s for t, s in zip(samples, inside)) * 1e3}  # fmt: skip
+        host = statistics.median(t - s for t, s in zip(samples, inside)) * 1e3
+        counts[name] = {"calls": m.calls, "waits": m.waits, "launches": launches, "host_ms": host}
     times: dict[str, list[float]] = {k: [] for k in variants}
     done = 0
     names = list(variants)
@@ -159,9 +159,13 @@ def measure(backend: str, config: str, steps: int, block: int) -> dict[str, Any]
                 times[name].append(time.perf_counter() - t0)
         done += block
     stats = variants["captured"][1].stats
-    row: dict[str, Any] = {"backend": backend, "config": config,
-                           "bitwise": losses["eager"] == losses["captured"],
-                           "replayed": stats.replayed, "refused": variants["captured"][1].refused}  # fmt: skip
+    row: dict[str, Any] = {
+        "backend": backend,
+        "config": config,
+        "bitwise": losses["eager"] == losses["captured"],
+        "replayed": stats.replayed,
+        "refused": variants["captured"][1].refused,
+    }
     for name in names:
         ms = statistics.median(times[name]) * 1e3
         row[f"{name}_ms"] = ms
@@ -186,7 +190,8 @@ def main() -> None:
             for b in backends for c in args.configs.split(",")]  # fmt: skip
     cols = ["backend", "config", "eager_ms", "captured_ms", "ratio", "eager_host_ms",
             "captured_host_ms", "host_share_captured", "eager_calls", "captured_calls",
-            "eager_launches", "captured_launches", "eager_waits", "captured_waits", "bitwise"]  # fmt: skip
+            "eager_launches", "captured_launches", "eager_waits", "captured_waits",
+            "bitwise"]  # fmt: skip
     print(table(rows, cols))
     path = write_json("capture", {"machine": machine(), "rows": rows, "args": vars(args)})
     print(f"\n{machine()['summary']}\nwritten: {path}")
