@@ -17,6 +17,7 @@ import riftco
 from riftco.ops.samples import Ctx
 from riftco.plugins import BackendEntry, get_registry
 
+from .capture_check import capture_case_id, capture_results
 from .contract import domain_cases, error_cases, numeric_units, protocol_results
 from .expectations import Expectations, glob_match
 from .model_check import model_results
@@ -108,6 +109,19 @@ def plan(target: Target, run: RunSettings) -> list[PlannedCase]:
                     continue
                 case = NumericCase(unit, ctx, backend, target.reference, forced)
                 planned.append(PlannedCase(cid, unit.name, partial(_numeric, case, run)))
+    for dtype in target.checked_dtypes():  # the capture section: eager vs replayed bits
+        ctx = Ctx(dtype, target.float_dtypes(), target.index_dtypes())
+        for unit in numeric_units():
+            cid = capture_case_id(unit, dtype)
+            assert unit.samples is not None
+            if not target.wanted(unit.name, cid) or (
+                unit.samples.needs_index and not ctx.index_dtypes
+            ):
+                continue
+            for forced in [False] + ([True] if unit.fused and unit.is_native(backend) else []):
+                cid = capture_case_id(unit, dtype, forced)
+                run_one = partial(capture_results, unit, ctx, backend, forced)
+                planned.append(PlannedCase(cid, unit.name, run_one))
     for group in (error_cases(backend), domain_cases(backend)):
         for cid, op, run_one in group:
             if target.wanted(op, cid) or target.wanted(cid.split("/")[0], cid):

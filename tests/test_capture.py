@@ -253,3 +253,24 @@ def test_replay_holds_no_more_memory_than_the_eager_step(registry, monkeypatch):
         assert not captured or run.step.stats.replayed == 2
         del run
     assert 0 < extra[True] <= extra[False], extra
+
+
+def test_arguments_first_seen_through_a_view_replay_through_their_own_layout(
+    registry, monkeypatch
+):
+    """The recording keys a storage by its first-seen view; a later use of the argument
+    itself must still get the argument's layout (found by the conformance capture section:
+    composites reshaped an argument before using it whole)."""
+    dev = _device("cpu", monkeypatch)
+
+    def step(x):
+        row = ops.sum(x.reshape((2, 6)), 1)  # a view first
+        return ops.add(ops.mul(x, x), x), row  # then the argument as given
+
+    cap = riftco.capture(step)
+    for i in range(5):
+        host = np.arange(12, dtype=np.float32).reshape(3, 4) + i
+        sq, row = cap(riftco.tensor(host, device=dev))
+        assert np.array_equal(sq.numpy(), host * host + host)
+        assert np.array_equal(row.numpy(), host.reshape(2, 6).sum(1))
+    assert cap.stats.replayed == 2

@@ -114,9 +114,9 @@ class Plan:
     entries: list[tuple[Any, ...]]
     n_slots: int
     n_dyn: int
-    arg_slots: list[tuple[int, int]]  # (slot, argument position)
+    arg_slots: list[tuple[int, int, Layout]]  # (slot, argument position, base layout)
     arg_dyn: list[tuple[int, int]]  # (dyn index, argument position)
-    var_slots: list[tuple[int, Variable, Layout]]
+    var_slots: list[tuple[int, Variable, Layout, Layout]]  # (slot, var, its layout, base's)
     pinned: list[tuple[int, Tensor, int]]  # (slot, tensor, its version)
     deltas: list[tuple[int, int]]  # (slot, version increase per step)
     result: Any
@@ -132,14 +132,15 @@ class Plan:
         backend calls appended (for benchmarks: what is not backend time is overhead)."""
         slots: list[Any] = [None] * self.n_slots
         dyn: list[Any] = [None] * self.n_dyn
-        for slot, pos in self.arg_slots:
+        for slot, pos, base in self.arg_slots:
             a = args[pos]
-            slots[slot] = a._value if type(a) is Variable else a
-        for slot, var, lay in self.var_slots:
+            t = a._value if type(a) is Variable else a
+            slots[slot] = t if layout(t) == base else Tensor(t.backend, t.storage, *base)
+        for slot, var, lay, base in self.var_slots:
             t = var._value
             if layout(t) != lay:
                 raise Stale(f"parameter {var.name or ''} {lay[0]} is now {t.shape} {t.dtype}")
-            slots[slot] = t
+            slots[slot] = t if lay == base else Tensor(t.backend, t.storage, *base)
         for slot, t, version in self.pinned:
             if t.storage.version != version:
                 raise Stale(f"a tensor {t.shape} the step reads was written since recording")
@@ -222,7 +223,7 @@ def difference(p: Plan, q: Plan) -> str | None:
             return f"{p.names[i]} (call {i}) gave other outputs"
     pairs: list[tuple[str, Callable[[Plan], Any]]] = [
         ("pinned tensors", lambda x: [(s, id(t)) for s, t, _ in x.pinned]),
-        ("parameters", lambda x: [(s, id(v)) for s, v, _ in x.var_slots]),
+        ("parameters", lambda x: [(s, id(v)) for s, v, _, _ in x.var_slots]),
         ("version counts", lambda x: x.deltas),
         ("results", lambda x: x.result),
     ]

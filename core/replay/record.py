@@ -210,17 +210,15 @@ class Recorder:
         for pos, a in enumerate(args):
             t = a._value if type(a) is Variable else a
             if type(t) is Tensor and id(t.storage) in self.slot:
-                i = self.slot[id(t.storage)]
-                if layout(t) != layout(self.bases[i]):
-                    self.bases[i] = t  # the argument itself is the base others view
-                arg_slots.append((i, pos))
-        from_args = {i for i, _ in arg_slots}
-        var_slots: list[tuple[int, Variable, Layout]] = []
+                i = self.slot[id(t.storage)]  # templates view the slot's first-seen layout
+                arg_slots.append((i, pos, layout(self.bases[i])))
+        from_args = {i for i, _, _ in arg_slots}
+        var_slots: list[tuple[int, Variable, Layout, Layout]] = []
         for var in self.published_vars:
             i = self.slot.get(id(var._value.storage))
             if i is not None and i not in from_args and not self.made[i]:
-                var_slots.append((i, var, layout(var._value)))
-        sourced = from_args | {i for i, _, _ in var_slots}
+                var_slots.append((i, var, layout(var._value), layout(self.bases[i])))
+        sourced = from_args | {i for i, _, _, _ in var_slots}
         spec = self.result_spec(result)
         drops, dropped = self.lifetimes(spec)
         pinned = []

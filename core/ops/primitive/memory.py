@@ -24,6 +24,7 @@ from ...errors import (
 )
 from ...tensor import Tensor, check_extent
 from .. import checks, deferred
+from ..capture_hooks import host
 from ..dispatch import Out, dispatch
 from ..opunit import EXACT_TOLERANCES, OpUnit, register, samples_module
 
@@ -240,10 +241,14 @@ def assign_many_(*pairs: tuple[Tensor, Tensor]) -> None:
             )
     fresh = [copy_strided(src) for _, src in pairs]
     for (dst, _), new in zip(pairs, fresh, strict=True):
-        # Swap, not overwrite: ``new``'s storage then releases dst's old buffer when it dies,
-        # so a backend's release hook (byte count, buffer pool) never frees the live one.
-        dst.storage.buffer, new.storage.buffer = new.storage.buffer, dst.storage.buffer
+        host(_swap_buffers, dst, new)  # no backend call: a captured step must redo it
         dst.bump_version()
+
+
+def _swap_buffers(dst: Tensor, new: Tensor) -> None:
+    """Swap, not overwrite: ``new``'s storage then releases dst's old buffer when it dies,
+    so a backend's release hook (byte count, buffer pool) never frees the live one."""
+    dst.storage.buffer, new.storage.buffer = new.storage.buffer, dst.storage.buffer
 
 
 def _contract(unit: OpUnit, backend: Any, what: str) -> BackendContractError:

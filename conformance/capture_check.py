@@ -1,0 +1,129 @@
+"""The capture section: every op unit's edge samples, eager vs recorded and replayed.
+
+``riftco.capture`` replays a step as the backend calls it recorded, so a backend whose
+methods depend on something besides their arguments (a cached pointer of an earlier
+call's buffer, state kept between calls, a launch that reads a stale binding) gives
+other bits on replay than eagerly. For each unit and dtype, each edge sample is called
+once as written, then through ``capture`` until the fourth call is a replay, each time on
+freshly uploaded inputs; the replay's outputs (and, for an in-place op, the tensors it
+writes) must equal the eager call's bit for bit. A unit whose call cannot be replayed
+(``Captured.refused``) fails with the reason.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+import riftco
+from riftco.ops.opunit import OpUnit
+from riftco.ops.samples import Ctx
+from riftco.tensor import Tensor
+
+from .inputs import tensors, upload_args
+from .results import CaseResult
+from .runner import _crash, _same_bits, _written, arrays
+
+
+def capture_case_id(unit: OpUnit, dtype: np.dtype, composite: bool = False) -> str:
+    return f"capture/{unit.name}[{dtype.name}{',composite' if composite else ''}]"
+
+
+def capture_results(
+    unit: OpUnit, ctx: Ctx, backend: Any, composite: bool = False
+) -> list[CaseResult]:
+    """``composite``: capture core's composite of a fused op the backend has natively (its
+    views and intermediates are the replay's to rebuild)."""
+    cid = capture_case_id(unit, ctx.dtype, composite)
+    mode = "composite" if composite else "-"
+    res = CaseResult(cid, unit.name, "capture", ctx.dtype.name, mode)
+    if unit.name in NOT_CAPTURED:
+        res.status, res.reason = "skip", NOT_CAPTURED[unit.name]
+        return [res]
+    with np.errstate(all="ignore"):  # inf - inf in an all -inf row is the contract
+        _run(unit, ctx, backend, res, composite)
+    return [res]
+
+
+#: Units a captured step cannot contain, by design.
+NOT_CAPTURED = {
+    "to_numpy": "a download: a captured step returns its tensors and the caller reads them",
+}
+
+
+def _run(unit: OpUnit, ctx: Ctx, backend: Any, res: CaseResult, composite: bool) -> None:
+    start = time.perf_counter()
+    samples = unit.samples
+    assert samples is not None
+    fn = unit.composite if composite else unit.function or getattr(riftco.ops, unit.name)
+    assert fn is not None
+    written = _written(unit)
+    try:
+        variants = [p for e in samples.edges for p in _layouts(e, samples.layouts)]
+        for params in variants:
+            ex = samples.build(params, ctx)
+
+            def fresh(ex: Any = ex) -> list[Any]:
+                return upload_args(ex, backend, ctx.dtype, reference=False)
+
+            def outputs(args: list[Any], out: Any) -> list[np.ndarray]:
+                got = arrays(out)
+                for i in sorted(written):  # what an in-place op wrote, as the host sees it
+                    if i < len(args):
+                        got += [t.numpy() for t in tensors([args[i]])]
+                return got
+
+            args = fresh()
+            want = outputs(args, samples.call(fn, args, ex.kwargs))
+            template = fresh()
+
+            def step(*flat: Tensor, template: list[Any] = template, ex: Any = ex) -> Any:
+                return samples.call(fn, _rebuild(template, list(flat)), ex.kwargs)
+
+            cap = riftco.capture(step, warn=False)
+            for _ in range(4):  # as written, recorded twice, replayed
+                args = fresh()
+                got = outputs(args, cap(*tensors(args)))
+            res.examples += 1
+            if cap.stats.replayed != 1:
+                res.status = "fail"
+                res.reason = f"not replayed: {cap.refused or 'no plan after three calls'}"
+                res.example = ex.describe()
+                break
+            bad = [
+                i for i, (a, b) in enumerate(zip(got, want, strict=False)) if not _same_bits(a, b)
+            ]
+            if bad or len(got) != len(want):
+                res.status = "fail"
+                names = list(unit.outputs) + [f"out{i}" for i in range(len(unit.outputs), 64)]
+                what = ", ".join(names[i] for i in bad) or f"{len(got)} outputs, {len(want)}"
+                res.reason = f"replay differs from the eager call in {what}"
+                res.example = ex.describe()
+                break
+    except Exception as exc:  # noqa: BLE001 - the case's error, never the run's
+        res.status, res.reason = "error", _crash(exc)
+    res.time_s = time.perf_counter() - start
+
+
+def _layouts(params: dict[str, Any], allowed: tuple[str, ...]) -> list[dict[str, Any]]:
+    """The edge as it is, and as strided and transposed views where the unit takes them
+    (a replay rebuilds every view of its arguments: offsets and strides must survive)."""
+    if "layout" in params:
+        return [params]
+    return [params] + [
+        {**params, "layout": lay} for lay in ("sliced", "transposed") if lay in allowed
+    ]
+
+
+def _rebuild(template: list[Any], flat: list[Tensor]) -> list[Any]:
+    """``template``'s arguments with its tensors (lists included) taken from ``flat``."""
+    out: list[Any] = []
+    for a in template:
+        if isinstance(a, Tensor):
+            out.append(flat.pop(0))
+        elif isinstance(a, list) and a and isinstance(a[0], Tensor):
+            out.append([flat.pop(0) for _ in a])
+        else:
+            out.append(a)
+    return out
