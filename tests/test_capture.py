@@ -255,9 +255,7 @@ def test_replay_holds_no_more_memory_than_the_eager_step(registry, monkeypatch):
     assert 0 < extra[True] <= extra[False], extra
 
 
-def test_arguments_first_seen_through_a_view_replay_through_their_own_layout(
-    registry, monkeypatch
-):
+def test_arguments_first_seen_through_a_view_replay_through_their_own_layout(registry, monkeypatch):
     """The recording keys a storage by its first-seen view; a later use of the argument
     itself must still get the argument's layout (found by the conformance capture section:
     composites reshaped an argument before using it whole)."""
