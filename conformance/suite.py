@@ -120,8 +120,8 @@ def plan(target: Target, run: RunSettings) -> list[PlannedCase]:
                 continue
             for forced in [False] + ([True] if unit.fused and unit.is_native(backend) else []):
                 cid = capture_case_id(unit, dtype, forced)
-                run_one = partial(capture_results, unit, ctx, backend, forced)
-                planned.append(PlannedCase(cid, unit.name, run_one))
+                replayed = partial(capture_results, unit, ctx, backend, forced)
+                planned.append(PlannedCase(cid, unit.name, replayed))
     for group in (error_cases(backend), domain_cases(backend)):
         for cid, op, run_one in group:
             if target.wanted(op, cid) or target.wanted(cid.split("/")[0], cid):

@@ -61,7 +61,7 @@ def host(fn: Callable[..., R], *tensors: Any) -> R:
     r = ACTIVE.recorder
     if r is None:
         return fn(*tensors)
-    return r.host(fn, tensors)  # type: ignore[no-any-return]
+    return r.host(fn, tensors)
 
 
 def published(var: Any, grad: Any) -> None:

@@ -77,8 +77,8 @@ class _Key:
 
 def _signature(args: tuple[Any, ...]) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
     """(the key a plan is kept under, the sign class of each number argument)."""
-    key = []
-    signs = []
+    key: list[Any] = []
+    signs: list[Any] = []
     for a in args:
         kind = type(a)
         if kind is Variable or kind is Tensor:
@@ -140,16 +140,16 @@ class Captured(Generic[R]):
                 return self.fn(*args)  # the op's own checks see the new number
             try:
                 out = state.plan.replay(args, self.timing)
-            except Stale as why:
+            except Stale as stale:
                 warnings.warn(
-                    f"[capture] {self._name()}: {why}; recording the step again",
+                    f"[capture] {self._name()}: {stale}; recording the step again",
                     CaptureWarning,
                     stacklevel=2,
                 )
                 state.plan = state.candidate = None
             else:
                 self.stats.replayed += 1
-                return out  # type: ignore[no-any-return]
+                return out
         if state.eager_only or state.seen < self.warmup:
             state.seen += 1
             self.stats.eager += 1

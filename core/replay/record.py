@@ -215,9 +215,9 @@ class Recorder:
         from_args = {i for i, _, _ in arg_slots}
         var_slots: list[tuple[int, Variable, Layout, Layout]] = []
         for var in self.published_vars:
-            i = self.slot.get(id(var._value.storage))
-            if i is not None and i not in from_args and not self.made[i]:
-                var_slots.append((i, var, layout(var._value), layout(self.bases[i])))
+            j = self.slot.get(id(var._value.storage))
+            if j is not None and j not in from_args and not self.made[j]:
+                var_slots.append((j, var, layout(var._value), layout(self.bases[j])))
         sourced = from_args | {i for i, _, _, _ in var_slots}
         spec = self.result_spec(result)
         drops, dropped = self.lifetimes(spec)
