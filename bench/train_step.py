@@ -6,10 +6,12 @@ Configs (vocab 65, GELU tanh, pre-LN, untied head, float32):
 
 Contenders, interleaved step by step in one run so ratios are honest on a shared machine:
 riftco on every available in-tree backend (cpu, opencl, metal, native, ...) in both
-attention modes; PyTorch eager on CPU and tinygrad (TinyJit, CPU and OpenCL) when they are
-installed. All of them start from riftco's initial weights. numpy/OpenBLAS/OpenMP and
-PyTorch get the same thread count (``--threads``, default: every core), set in the
-environment before numpy is imported and recorded in the JSON.
+attention modes, each as written ("eager") and through ``riftco.capture`` ("capt": what
+``riftco train`` runs by default; ``--capture off|on|both``); PyTorch eager on CPU and
+tinygrad (TinyJit, CPU and OpenCL) when they are installed. All of them start from
+riftco's initial weights. numpy/OpenBLAS/OpenMP and PyTorch get the same thread count
+(``--threads``, default: every core), set in the environment before numpy is imported and
+recorded in the JSON.
 
 Each contender runs in its own process (``isolated.py`` says why: a shared libgomp made
 PyTorch 1.5x slower next to riftco's native backend); ``--in-process`` runs them all in
@@ -89,34 +91,52 @@ def make_batches(cfg: GPTConfig, batch: int, n: int = 4) -> list[tuple[np.ndarra
 
 
 def riftco_step(
-    backend: str, cfg: GPTConfig, batches: list[tuple[np.ndarray, np.ndarray]]
+    backend: str,
+    cfg: GPTConfig,
+    batches: list[tuple[np.ndarray, np.ndarray]],
+    captured: bool = False,
 ) -> tuple[refs.Step, Any]:
-    """One riftco training step as a user writes it; ids are uploaded every step."""
+    """One riftco training step as a user writes it; ids are uploaded every step. With
+    ``captured`` the same function goes through ``riftco.capture`` (recorded on its first
+    calls, replayed after: the warm-up steps cover the recordings)."""
     dev = riftco.device(backend)
     model = GPT(cfg, device=dev, seed=0)
     opt = AdamW(model.parameters(), lr=LR, weight_decay=WEIGHT_DECAY)
     state = {"i": 0}
 
+    def update(x: riftco.Tensor, y: riftco.Tensor) -> riftco.Tensor:
+        loss = model.loss(x, y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    run = riftco.capture(update) if captured else update
+
     def step() -> float:
         x, y = batches[state["i"] % len(batches)]
         state["i"] += 1
-        loss = model.loss(riftco.tensor(x, device=dev), riftco.tensor(y, device=dev))
-        loss.backward()
-        opt.step()
+        loss = run(riftco.tensor(x, device=dev), riftco.tensor(y, device=dev))
         return float(loss.item())  # the sync point: a GPU step is done when this returns
 
     return step, model
 
 
-def specs(config: str, backends: list[str], wanted_refs: set[str]) -> tuple[list, list]:
+def specs(
+    config: str, backends: list[str], wanted_refs: set[str], capture: str = "both"
+) -> tuple[list, list]:
     """``[(name, spec, info)]`` of every contender to run, plus skip lines (reasons)."""
     out: list[tuple[str, dict[str, Any], dict[str, Any]]] = []
     skipped: list[str] = []
+    ways = {"off": (False,), "on": (True,), "both": (False, True)}[capture]
     for backend in backends:
         for mode in MODES:
-            spec = {"kind": "riftco", "config": config, "backend": backend, "mode": mode}
-            info = {"framework": "riftco", "backend": backend, "attention": mode}
-            out.append((f"riftco {backend} {mode[:5]}", spec, info))
+            for captured in ways:
+                spec = {"kind": "riftco", "config": config, "backend": backend, "mode": mode,
+                        "captured": captured}  # fmt: skip
+                info = {"framework": "riftco", "backend": backend, "attention": mode,
+                        "captured": captured}  # fmt: skip
+                how = "capt" if captured else "eager"
+                out.append((f"riftco {backend} {mode[:5]} {how}", spec, info))
     if "torch" in wanted_refs:
         if refs.torch_version() is None:
             skipped.append("torch: not installed (optional; pip install torch)")
@@ -142,7 +162,7 @@ def build(spec: dict[str, Any]) -> refs.Step:
     cfg, batch = model_config(spec["config"], spec.get("mode", "materialized"))
     batches = make_batches(cfg, batch)
     if spec["kind"] == "riftco":
-        return riftco_step(spec["backend"], cfg, batches)[0]
+        return riftco_step(spec["backend"], cfg, batches, spec.get("captured", False))[0]
     weights = GPT(cfg, device="cpu", seed=0).state_dict()
     if spec["kind"] == "torch":
         return refs.torch_step(weights, cfg, batches, LR, WEIGHT_DECAY, THREADS)
@@ -183,8 +203,9 @@ def run_config(
     gap: float,
     block: int,
     settle: int,
+    capture: str = "both",
 ) -> dict:
-    todo, skipped = specs(config, backends, wanted)
+    todo, skipped = specs(config, backends, wanted, capture)
     runs: dict[str, Any] = {}
     info: dict[str, dict[str, Any]] = {}
     first_loss: dict[str, float] = {}
@@ -200,7 +221,9 @@ def run_config(
             if spec["kind"] == "riftco":
                 failed_backends.add(spec["backend"])
             continue
-        for _ in range(warmup - 1):
+        # a captured step records on its 2nd and 3rd calls (riftco.capture's warm-up and
+        # verification) and replays from its 4th: time only replays
+        for _ in range(max(warmup, 3 if spec.get("captured") else 0) - 1):
             worker.step()
         runs[name], info[name] = worker, meta
     for line in skipped:
@@ -255,6 +278,12 @@ def main() -> None:
                     help="seconds between turns: OpenBLAS threads spin ~0.1 s, libgomp's a "
                     "few ms; a gap keeps one contender's spinning out of the next one's "
                     "turn")  # fmt: skip
+    ap.add_argument(
+        "--capture",
+        choices=("off", "on", "both"),
+        default="both",
+        help="riftco contenders as written, through riftco.capture, or both",
+    )
     ap.add_argument("--worker", help=argparse.SUPPRESS)  # internal: one contender (isolated.py)
     args = ap.parse_args()
     if args.worker:
@@ -279,7 +308,8 @@ def main() -> None:
         print(f"config {config}: {CONFIGS[config]}")
         isolate = not args.in_process
         results[config] = run_config(config, backends, wanted, args.steps, args.warmup,
-                                     isolate, args.gap, args.block, args.settle)  # fmt: skip
+                                     isolate, args.gap, args.block, args.settle,
+                                     args.capture)  # fmt: skip
         rows += results[config]["rows"]
     print(table(rows, ["config", "contender", "median_ms", "min_ms", "vs_torch", "first_loss"]))
     env = {k: os.environ.get(k) for k in (*THREAD_ENV, "POCL_MAX_PTHREAD_COUNT")}

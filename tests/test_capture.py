@@ -84,6 +84,11 @@ def test_replayed_steps_are_bitwise_the_eager_steps(backend, attention, registry
     stats = cap.step.stats
     assert (stats.eager, stats.recorded, stats.replayed) == (1, 2, 4)
     assert stats.backend_calls > 40  # the whole step is in the plan
+    names = cap.step.plans[0].call_names  # what bench/step_profile.py lines up with timing
+    assert len(names) == stats.backend_calls and "adam_update_multi" in names
+    cap.step.timing = []
+    cap(*_batches(1, seed=1)[0], 1e-3)
+    assert len(cap.step.timing) == len(names) and all(t >= 0 for t in cap.step.timing)
 
 
 def test_new_shapes_record_again_with_a_warning(registry, monkeypatch):
@@ -272,3 +277,26 @@ def test_arguments_first_seen_through_a_view_replay_through_their_own_layout(reg
         assert np.array_equal(sq.numpy(), host * host + host)
         assert np.array_equal(row.numpy(), host.reshape(2, 6).sum(1))
     assert cap.stats.replayed == 2
+
+
+@pytest.mark.parametrize("backend", ["cpu", "opencl"])
+def test_the_trainer_replays_with_the_label_smoothing_head(backend, registry, monkeypatch):
+    """The compiled smoothing objective views a cached arange afresh on every call (a new
+    view object over the same memory): recordings must still agree, and replay bitwise."""
+    from riftco.train.data import CharDataset, load_text
+    from riftco.train.loop import TrainConfig, Trainer
+
+    dev = _device(backend, monkeypatch)
+    text, source = load_text(None)
+    data = CharDataset.from_text(text[:20_000], 8, source)
+    cfg = GPTConfig(vocab=data.tokenizer.vocab_size, context=8, layers=1, heads=2, width=16)
+    tcfg = TrainConfig(steps=6, batch_size=2, grad_clip=1.0, label_smoothing=0.1)
+    runs = [Trainer(GPT(cfg, device=dev, seed=0), data, tcfg, capture=c) for c in (False, True)]
+    for _ in range(6):
+        assert runs[0].train_step() == runs[1].train_step()
+    for (name, p), (_, q) in zip(
+        runs[0].model.named_parameters(), runs[1].model.named_parameters()
+    ):
+        assert np.array_equal(p.value.numpy(), q.value.numpy()), name
+    stats = runs[1]._captured.stats
+    assert stats.replayed == 3, (stats, runs[1]._captured.refused)

@@ -27,11 +27,14 @@ def _opencl():
     return riftco.device("opencl")
 
 
+@pytest.mark.parametrize("capture", [False, True], ids=["eager", "replayed"])
 @pytest.mark.parametrize(
     "attention, smoothing, syncs",
     [("materialized", 0.0, 1), ("flash", 0.0, 1), ("materialized", 0.1, 2)],
 )
-def test_training_step_downloads_only_the_loss(attention, smoothing, syncs):
+def test_training_step_downloads_only_the_loss(attention, smoothing, syncs, capture):
+    """A replayed step (riftco.capture) enqueues the same launches and waits as often: its
+    host functions (the target check) still read their flags."""
     dev = _opencl()
     text, source = load_text(None)
     data = CharDataset.from_text(text[:20_000], 8, source)
@@ -40,8 +43,9 @@ def test_training_step_downloads_only_the_loss(attention, smoothing, syncs):
         attention=attention,
     )  # fmt: skip
     tcfg = TrainConfig(steps=4, batch_size=2, grad_clip=1.0, label_smoothing=smoothing)
-    trainer = Trainer(GPT(cfg, device=dev, seed=0), data, tcfg)
-    trainer.train_step()  # compiles kernels, creates optimizer state
+    trainer = Trainer(GPT(cfg, device=dev, seed=0), data, tcfg, capture=capture)
+    for _ in range(3):  # compiles kernels, creates optimizer state; capture records twice
+        trainer.train_step()
     backend = dev.backend
     backend.reset_transfer_stats()
     reads = backend.device_status.reads
@@ -53,3 +57,5 @@ def test_training_step_downloads_only_the_loss(attention, smoothing, syncs):
     assert stats["download_bytes"] == 8 * syncs, stats  # float32 + int32 each
     assert backend.device_status.reads - reads == syncs
     assert stats["launches"] > 50, stats  # the step really ran on the device
+    if capture:
+        assert trainer._captured.stats.replayed == 1, trainer._captured.stats

@@ -119,6 +119,12 @@ class Captured(Generic[R]):
         self._keys: dict[tuple[Any, ...], _Key] = {}
         self._last: tuple[Any, ...] | None = None
 
+    @property
+    def plans(self) -> list[Plan]:
+        """The plans being replayed, one per argument signature seen (for profiles and
+        benchmarks: ``Plan.call_names`` lines up with a replay's ``timing``)."""
+        return [s.plan for s in self._keys.values() if s.plan is not None]
+
     def __call__(self, *args: Any) -> R:
         if ACTIVE.recorder is not None:
             raise CaptureError("[capture] a captured step was called inside another recording")

@@ -127,6 +127,12 @@ class Plan:
     def calls(self) -> int:
         return sum(1 for e in self.entries if e[0] == CALL)
 
+    @property
+    def call_names(self) -> list[str]:
+        """The protocol method of each backend call, in the order a replay's ``timing``
+        lists them."""
+        return [self.names[i] for i, e in enumerate(self.entries) if e[0] == CALL]
+
     def replay(self, args: Sequence[Any], timing: list[float] | None = None) -> Any:
         """Run the plan on ``args``; ``timing`` (a list) gets the seconds spent inside
         backend calls appended (for benchmarks: what is not backend time is overhead)."""
@@ -222,7 +228,9 @@ def difference(p: Plan, q: Plan) -> str | None:
         if not same(e[3], f[3]):
             return f"{p.names[i]} (call {i}) gave other outputs"
     pairs: list[tuple[str, Callable[[Plan], Any]]] = [
-        ("pinned tensors", lambda x: [(s, id(t)) for s, t, _ in x.pinned]),
+        # by storage and layout: a view the step makes of a cached tensor (a broadcast
+        # arange) is a new object per call over the same memory
+        ("pinned tensors", lambda x: [(s, id(t.storage), layout(t)) for s, t, _ in x.pinned]),
         ("parameters", lambda x: [(s, id(v)) for s, v, _, _ in x.var_slots]),
         ("version counts", lambda x: x.deltas),
         ("results", lambda x: x.result),
