@@ -300,3 +300,18 @@ def test_the_trainer_replays_with_the_label_smoothing_head(backend, registry, mo
         assert np.array_equal(p.value.numpy(), q.value.numpy()), name
     stats = runs[1]._captured.stats
     assert stats.replayed == 3, (stats, runs[1]._captured.refused)
+
+
+@pytest.mark.parametrize("backend", ["opencl", "metal"])
+def test_a_replay_asks_the_device_for_no_memory(backend, registry, monkeypatch):
+    """Outputs come from the caching allocator's pool on replay: no device allocation."""
+    dev = _device(backend, monkeypatch)
+    run = Run(dev, True)
+    for x, y in _batches(4):
+        run(x, y, 1e-2)
+    before = dev.backend.memory_stats()
+    run(*_batches(1)[0], 1e-2)
+    after = dev.backend.memory_stats()
+    assert run.step.stats.replayed == 2
+    assert after["device_allocations"] == before["device_allocations"], (before, after)
+    assert after["reuses"] - before["reuses"] > 40  # the step's outputs did come from the pool
