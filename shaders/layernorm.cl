@@ -1,6 +1,9 @@
 /* LayerNorm over the last axis: forward (y, mean, rstd) and backward (dx per row; dgamma
  * and dbeta reduced across rows without atomics, in two deterministic stages).
  *
+ * Also the residual add fused with it (op unit add_layer_norm): add_layer_norm_forward
+ * and add_layer_norm_backward_dx (its dgamma/dbeta are the stages below, on s).
+ *
  * Integer params P: [0] rows, [1] C (the normalised width); the row kernels add [2] team
  * width (see rows.h), the params kernels [2] rows_per_chunk, [3] chunks.
  * Float params F: [0] eps. Variance is computed from centred values (two passes), so
@@ -80,6 +83,90 @@ KERNEL void layer_norm_backward_dx(GLOBAL T* dx ARG(0), GLOBAL const T* dy ARG(1
             for (int j = rt.tl; j < C; j += rt.tw) {
                 T xhat = (x[base + j] - mu) * r;
                 dx[base + j] = r * (dy[base + j] * gamma[j] - mean_g - xhat * mean_gx);
+            }
+        }
+    }
+}
+
+/* add_layer_norm (residual add + LayerNorm): s = x + res written, then normalised as
+ * layer_norm_forward does. Each team thread reads back only the elements it wrote. */
+KERNEL void add_layer_norm_forward(GLOBAL T* s ARG(0), GLOBAL T* y ARG(1), GLOBAL T* mean ARG(2),
+                                   GLOBAL T* rstd ARG(3), GLOBAL const T* x ARG(4),
+                                   GLOBAL const T* res ARG(5), GLOBAL const T* gamma ARG(6),
+                                   GLOBAL const T* beta ARG(7), GLOBAL const int* P ARG(8),
+                                   GLOBAL const T* F ARG(9) THREAD_ARGS) {
+    LOCAL T buf[RT_MAX_GROUP];
+    int rows = P[0];
+    int C = P[1];
+    T eps = F[0];
+    RowTeam rt = rt_team(P[2], LID, GROUP_SIZE);
+    for (int r0 = GROUP_ID * rt.teams; r0 < rows; r0 += NUM_GROUPS * rt.teams) {
+        int row = r0 + rt.team;
+        int active = rt_active(rt, row, rows);
+        long base = (long)row * C;
+        T acc = (T)0.0;
+        if (active) {
+            for (int j = rt.tl; j < C; j += rt.tw) {
+                T v = x[base + j] + res[base + j];
+                s[base + j] = v;
+                acc += v;
+            }
+        }
+        T mu = rt_team_sum(buf, acc, rt) / (T)C;
+        acc = (T)0.0;
+        if (active) {
+            for (int j = rt.tl; j < C; j += rt.tw) {
+                T d = s[base + j] - mu;
+                acc += d * d;
+            }
+        }
+        T var = rt_team_sum(buf, acc, rt) / (T)C;
+        T r = (T)1.0 / PRECISE_SQRT(var + eps);
+        if (active) {
+            for (int j = rt.tl; j < C; j += rt.tw) {
+                y[base + j] = (s[base + j] - mu) * r * gamma[j] + beta[j];
+            }
+            if (rt.tl == 0) {
+                mean[row] = mu;
+                rstd[row] = r;
+            }
+        }
+    }
+}
+
+/* dsum = ds + dx, dx as layer_norm_backward_dx computes it (the stream's gradient folded
+ * into the LayerNorm's backward: no separate add launch). */
+KERNEL void add_layer_norm_backward_dx(GLOBAL T* dsum ARG(0), GLOBAL const T* dy ARG(1),
+                                       GLOBAL const T* ds ARG(2), GLOBAL const T* s ARG(3),
+                                       GLOBAL const T* gamma ARG(4), GLOBAL const T* mean ARG(5),
+                                       GLOBAL const T* rstd ARG(6),
+                                       GLOBAL const int* P ARG(7) THREAD_ARGS) {
+    LOCAL T buf[RT_MAX_GROUP];
+    int rows = P[0];
+    int C = P[1];
+    RowTeam rt = rt_team(P[2], LID, GROUP_SIZE);
+    for (int r0 = GROUP_ID * rt.teams; r0 < rows; r0 += NUM_GROUPS * rt.teams) {
+        int row = r0 + rt.team;
+        int active = rt_active(rt, row, rows);
+        long base = (long)row * C;
+        T mu = active ? mean[row] : (T)0.0;
+        T r = active ? rstd[row] : (T)0.0;
+        T acc_g = (T)0.0;
+        T acc_gx = (T)0.0;
+        if (active) {
+            for (int j = rt.tl; j < C; j += rt.tw) {
+                T g = dy[base + j] * gamma[j];
+                acc_g += g;
+                acc_gx += g * (s[base + j] - mu) * r;
+            }
+        }
+        T mean_g = rt_team_sum(buf, acc_g, rt) / (T)C;
+        T mean_gx = rt_team_sum(buf, acc_gx, rt) / (T)C;
+        if (active) {
+            for (int j = rt.tl; j < C; j += rt.tw) {
+                T xhat = (s[base + j] - mu) * r;
+                T dx = r * (dy[base + j] * gamma[j] - mean_g - xhat * mean_gx);
+                dsum[base + j] = ds[base + j] + dx;
             }
         }
     }

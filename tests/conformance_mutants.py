@@ -405,6 +405,22 @@ class AdamMultiNaNNormMeansNoClip(Base):
         super().adam_update_multi(params, grads, ms, vs, *adam, norm, max_norm)
 
 
+class AddLayerNormStatsOfX(Base):
+    """Normalises ``x`` instead of the sum (a kernel that reads the wrong buffer in its
+    statistics pass); ``s`` itself is right."""
+
+    def add_layer_norm(self, x: Tensor, r: Tensor, gamma: Tensor, beta: Tensor, eps: float) -> Any:
+        s = self.add(x, r)
+        return (s, *self.layer_norm(x, gamma, beta, eps))
+
+
+class AddLayerNormBackwardDropsStream(Base):
+    """Returns the LayerNorm's dx alone: the residual stream's gradient ``ds`` is lost."""
+
+    def add_layer_norm_backward(self, dy: Tensor, ds: Tensor, *rest: Any) -> Any:
+        return self.layer_norm_backward(dy, *rest)
+
+
 class LinearBiasOnFirstRowOnly(Base):
     """An epilogue that adds the bias to row 0 only (a loop bound from a 1-row test)."""
 
@@ -523,4 +539,6 @@ MUTANTS: list[tuple[type[Base], str]] = [
     (AttentionQKVPerHeadLayout, "attention_qkv"),
     (AttentionQKVBackwardSwapsDkDv, "attention_qkv_backward"),
     (MulTrustsBufferSize, "mul"),
+    (AddLayerNormStatsOfX, "add_layer_norm"),
+    (AddLayerNormBackwardDropsStream, "add_layer_norm_backward"),
 ]

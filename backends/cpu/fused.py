@@ -187,30 +187,34 @@ class FusedOps:
     def layer_norm(
         self, x: Tensor, gamma: Tensor, beta: Tensor, eps: float
     ) -> tuple[Tensor, Tensor, Tensor]:
-        xv = _v(x)
-        mean = np.mean(xv, axis=-1)
-        var = np.mean((xv - mean[..., None]) ** 2, axis=-1)  # biased variance
-        rstd = 1.0 / np.sqrt(var + eps)
-        y = (xv - mean[..., None]) * rstd[..., None] * _v(gamma) + _v(beta)
+        y, mean, rstd = _layer_norm_math(_v(x), _v(gamma), _v(beta), eps)
         dt = x.dtype
         return self.result(y, dt), self.result(mean, dt), self.result(rstd, dt)
 
     def layer_norm_backward(
         self, dy: Tensor, x: Tensor, gamma: Tensor, mean: Tensor, rstd: Tensor
     ) -> tuple[Tensor, Tensor, Tensor]:
-        xv, dyv = _v(x), _v(dy)
-        r = _v(rstd)[..., None]
-        xhat = (xv - _v(mean)[..., None]) * r
-        dgamma = pairwise_sum(dyv * xhat, _leading_axes(xv))
-        dbeta = pairwise_sum(dyv, _leading_axes(xv))
-        dxhat = dyv * _v(gamma)
-        dx = r * (
-            dxhat
-            - np.mean(dxhat, axis=-1, keepdims=True)
-            - xhat * np.mean(dxhat * xhat, axis=-1, keepdims=True)
-        )
+        dx, dgamma, dbeta = _layer_norm_backward_math(_v(dy), _v(x), _v(gamma), _v(mean), _v(rstd))
         dt = x.dtype
         return self.result(dx, dt), self.result(dgamma, dt), self.result(dbeta, dt)
+
+    def add_layer_norm(
+        self, x: Tensor, r: Tensor, gamma: Tensor, beta: Tensor, eps: float
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        with np.errstate(over="ignore", invalid="ignore"):  # IEEE sums, as ``add`` gives
+            s = np.add(_v(x), _v(r))
+        y, mean, rstd = _layer_norm_math(s, _v(gamma), _v(beta), eps)
+        dt = x.dtype
+        return self.result(s, dt), self.result(y, dt), self.result(mean, dt), self.result(rstd, dt)
+
+    def add_layer_norm_backward(
+        self, dy: Tensor, ds: Tensor, s: Tensor, gamma: Tensor, mean: Tensor, rstd: Tensor
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        dx, dgamma, dbeta = _layer_norm_backward_math(_v(dy), _v(s), _v(gamma), _v(mean), _v(rstd))
+        dt = s.dtype
+        with np.errstate(over="ignore", invalid="ignore"):
+            dsum = np.add(_v(ds), dx.astype(dt, copy=False))  # dx rounded first, as unfused
+        return self.result(dsum, dt), self.result(dgamma, dt), self.result(dbeta, dt)
 
     def embedding(self, table: Tensor, ids: Tensor) -> Tensor:
         return self.result(_v(table)[_v(ids)], table.dtype)
@@ -349,3 +353,32 @@ class FusedOps:
         vhat = new_v / (1.0 - beta2**step)
         new_p = p - lr * (mhat / (np.sqrt(vhat) + eps) + weight_decay * p)
         mb[:], vb[:], p[:] = new_m, new_v, new_p
+
+
+def _layer_norm_math(
+    xv: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(y, mean, rstd)`` of LayerNorm; shared by ``layer_norm`` and ``add_layer_norm`` so
+    the fused op gives the unfused pair's bits."""
+    mean = np.mean(xv, axis=-1)
+    var = np.mean((xv - mean[..., None]) ** 2, axis=-1)  # biased variance
+    rstd = 1.0 / np.sqrt(var + eps)
+    y = (xv - mean[..., None]) * rstd[..., None] * gamma + beta
+    return y, mean, rstd
+
+
+def _layer_norm_backward_math(
+    dyv: np.ndarray, xv: np.ndarray, gamma: np.ndarray, mean: np.ndarray, rstd: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(dx, dgamma, dbeta)`` of LayerNorm from saved statistics (shared like the forward)."""
+    r = rstd[..., None]
+    xhat = (xv - mean[..., None]) * r
+    dgamma = pairwise_sum(dyv * xhat, _leading_axes(xv))
+    dbeta = pairwise_sum(dyv, _leading_axes(xv))
+    dxhat = dyv * gamma
+    dx = r * (
+        dxhat
+        - np.mean(dxhat, axis=-1, keepdims=True)
+        - xhat * np.mean(dxhat * xhat, axis=-1, keepdims=True)
+    )
+    return dx, dgamma, dbeta

@@ -251,6 +251,33 @@ class NativeBackend(NativeAttention, NativePrimitives, CPUBackend):
         )
         return dx, dg, db
 
+    def add_layer_norm(
+        self, x: Tensor, r: Tensor, gamma: Tensor, beta: Tensor, eps: float
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        dt, (rows, cols) = x.dtype, self._rows(x)
+        s, sp = self._out(x.shape, dt)
+        y, yp = self._out(x.shape, dt)
+        mean, mp = self._out(x.shape[:-1], dt)
+        rstd, rp = self._out(x.shape[:-1], dt)
+        ins = (self._in(x), self._in(r), self._in(gamma), self._in(beta))
+        self._fn("add_layer_norm", dt)(*ins, sp, yp, mp, rp, rows, cols, eps)
+        return s, y, mean, rstd
+
+    def add_layer_norm_backward(
+        self, dy: Tensor, ds: Tensor, s: Tensor, gamma: Tensor, mean: Tensor, rstd: Tensor
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        dt, (rows, cols) = s.dtype, self._rows(s)
+        dsum, p = self._out(s.shape, dt)
+        dg, dgp = self._out((cols,), dt)
+        db, dbp = self._out((cols,), dt)
+        ins = (self._in(dy), self._in(ds), self._in(s), self._in(gamma), self._in(mean),
+               self._in(rstd))  # fmt: skip
+        self._check(
+            self._fn("add_layer_norm_backward", dt)(*ins, p, dgp, dbp, rows, cols),
+            "add_layer_norm_backward",
+        )
+        return dsum, dg, db
+
     # -- embedding and cross-entropy --------------------------------------------------------
     def embedding(self, table: Tensor, ids: Tensor) -> Tensor:
         cols = table.shape[1]

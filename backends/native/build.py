@@ -33,6 +33,7 @@ SOURCES = (
     "kernels_layout.c",
     "kernels_attention.c",
     "kernels_optim.c",
+    "kernels_norm.c",
 )
 #: -fno-math-errno lets sqrt vectorise and -fno-trapping-math lets GCC if-convert the
 #: branch-free exp (selects instead of jumps); neither changes a result (Python never
@@ -49,6 +50,10 @@ void layer_norm_{s}({t} *x, {t} *g, {t} *b, {t} *y, {t} *mean, {t} *rstd, int64_
                     int64_t cols, double eps);
 int layer_norm_backward_{s}({t} *dy, {t} *x, {t} *g, {t} *mean, {t} *rstd, {t} *dx, {t} *dg,
                             {t} *db, int64_t rows, int64_t cols);
+void add_layer_norm_{s}({t} *x, {t} *r, {t} *g, {t} *b, {t} *s, {t} *y, {t} *mean, {t} *rstd,
+                        int64_t rows, int64_t cols, double eps);
+int add_layer_norm_backward_{s}({t} *dy, {t} *ds, {t} *s, {t} *g, {t} *mean, {t} *rstd,
+                                {t} *dsum, {t} *dg, {t} *db, int64_t rows, int64_t cols);
 void embedding_{s}({t} *table, int64_t *ids, {t} *out, int64_t n, int64_t cols);
 int embedding_backward_{s}({t} *dy, int64_t *ids, {t} *out, int64_t n, int64_t V,
                            int64_t cols);

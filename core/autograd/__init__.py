@@ -15,6 +15,7 @@ from .custom_gradient import custom_gradient
 from .domain import flush as check_domain
 from .domain import set_domain_checks
 from .fused import (
+    add_layer_norm,
     attention,
     attention_qkv,
     cross_entropy,
@@ -88,6 +89,6 @@ __all__ = [
     "sum", "mean", "max", "reshape", "transpose", "permute", "broadcast_to", "sum_to_shape",
     "getitem", "concatenate_last_axis", "split_last_axis",
     "gelu", "softmax", "layer_norm", "linear", "embedding", "cross_entropy", "attention",
-    "attention_qkv",
+    "attention_qkv", "add_layer_norm",
     "custom_gradient", "recompute", "gradcheck", "set_domain_checks", "check_domain",
 ]  # fmt: skip

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from .. import ops
 from ..errors import DTypeError
+from ..ops.fused import add_layer_norm as _add_ln
 from ..ops.fused import attention as _attention
 from ..ops.fused import attention_qkv as _attention_qkv
 from ..ops.fused import cross_entropy as _cross_entropy
@@ -23,7 +24,7 @@ from ..ops.fused import linear as _linear
 from ..ops.fused import softmax as _softmax
 from ..tensor import Tensor
 from .apply import apply, as_variable
-from .graph import Variable
+from .graph import Variable, make
 from .operations import div, sum
 
 
@@ -38,6 +39,35 @@ def softmax(x: Variable) -> Variable:
 
 def layer_norm(x: Variable, gamma: Variable, beta: Variable, eps: float = 1e-5) -> Variable:
     return apply(_layer_norm.LAYER_NORM, x, gamma, beta, eps)
+
+
+def add_layer_norm(
+    x: Variable, r: Variable, gamma: Variable, beta: Variable, eps: float = 1e-5
+) -> tuple[Variable, Variable]:
+    """``(s, y)``: the residual sum ``s = x + r`` and ``y = layer_norm(s, gamma, beta)``.
+
+    Two nodes: ``s`` (whose rule hands its gradient to ``x`` and ``r`` unchanged, as
+    ``add``'s does) and ``y`` (parents ``s``, ``gamma``, ``beta``). ``y``'s rule *folds*
+    (see graph.py): it receives the gradient ``s`` already has from the residual stream
+    and returns ``ds + dx`` from one ``add_layer_norm_backward`` call, where the unfused
+    graph ran ``layer_norm_backward`` and then an ``add``. With no such gradient yet it
+    runs plain ``layer_norm_backward``."""
+    op = "add_layer_norm"
+    xv, rv, gv, bv = (as_variable(a, op) for a in (x, r, gamma, beta))
+    s, y, mu, rs = _add_ln.add_layer_norm(xv._value, rv._value, gv._value, bv._value, eps)
+    g_val = gv._value
+
+    def sum_rule(g: Tensor) -> tuple[Tensor, Tensor]:
+        return g, g
+
+    def norm_rule(dy: Tensor, ds: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
+        if ds is None:
+            return _layer_norm.layer_norm_backward(dy, s, g_val, mu, rs)
+        return _add_ln.add_layer_norm_backward(dy, ds, s, g_val, mu, rs)
+
+    norm_rule.fold = 0  # type: ignore[attr-defined]  # read by graph.vjp
+    sv = make(s, op, (xv, rv), sum_rule)
+    return sv, make(y, op, (sv, gv, bv), norm_rule)  # type: ignore[arg-type]
 
 
 def linear(x: Variable, weight: Variable, bias: Variable) -> Variable:

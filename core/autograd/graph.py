@@ -12,6 +12,10 @@ then run the local rules in reverse order into a private ``dict``. Public ``.gra
 are written only after the whole pass succeeded, so a failing rule leaves every gradient
 as it was and a repeated ``backward()`` gives the same gradients.
 
+A rule may *fold* (``rule.fold = i``, see :func:`_folded`): it is then called with the
+gradient its parent ``i`` has gathered so far and returns that parent's total, which lets a
+fused backward (``add_layer_norm``'s) do the accumulating add in its own pass.
+
 Versions validated in phase two: every parent a rule reads (recorded when the node was
 made), the root's own value (a rule such as ``exp``'s reads its saved output, which is the
 root's value, so writing ``y`` in place before ``y.backward(seed)`` is as stale as writing
@@ -430,11 +434,31 @@ def vjp(
         g = grads.get(node) if node._retain else grads.pop(node, None)
         if g is None:  # no path delivered a contribution
             continue
-        contributions = rule(g)
+        fold = getattr(rule, "fold", None)
+        if fold is None:
+            contributions = rule(g)
+        else:  # the rule adds its parent's gradient so far into its own contribution
+            contributions = _folded(rule, g, grads, node._parents[fold], fold)
         for p, c in zip(node._parents, contributions, strict=True):
             if c is not None and p.requires_grad:
                 _accumulate(grads, node, p, c)
     return grads, order
+
+
+def _folded(
+    rule: Any, g: Tensor, grads: dict[Variable, Tensor], parent: Variable, at: int
+) -> Sequence[Tensor | None]:
+    """Run a folding rule (``rule.fold = i``): it takes the gradient parent ``i`` has
+    gathered so far (None when no other reader has delivered one yet) and returns that
+    parent's whole gradient, so one kernel does the sum autograd would do after it.
+
+    In a pre-LN transformer the other reader of a LayerNorm's input is the next residual
+    add, which depends on the LayerNorm's output and so has always run first."""
+    prev = grads.pop(parent, None) if parent.requires_grad else None
+    contributions = rule(g, prev)
+    if prev is not None and contributions[at] is None:  # the rule declined: keep the sum
+        grads[parent] = prev
+    return contributions
 
 
 def graph_stats(root: Variable) -> dict[str, int]:

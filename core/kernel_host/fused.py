@@ -13,6 +13,7 @@ asynchronous: no method reads a result back.
 from __future__ import annotations
 
 from .fused_adam_multi import AdamMultiKernels
+from .fused_add_layer_norm import AddLayerNormKernels
 from .fused_attention import AttentionKernels
 from .fused_attention_qkv import AttentionQkvKernels
 from .fused_cross_entropy import CrossEntropyKernels
@@ -38,5 +39,6 @@ class FusedKernels(
     FlashAttentionKernels,
     AttentionQkvKernels,
     AdamMultiKernels,
+    AddLayerNormKernels,
 ):
     """Native fused ops for kernel backends (semantics: each op unit in ``riftco.ops.fused``)."""

@@ -10,6 +10,7 @@ from .host import KernelMixin
 
 if TYPE_CHECKING:
     from ..tensor import Tensor
+    from .host import KernelHost
 
 #: Rows per chunk in the first stage of LayerNorm's dgamma/dbeta reduction.
 _LN_CHUNK_ROWS = 64
@@ -59,16 +60,25 @@ class LayerNormKernels(KernelMixin):
             "layernorm", "layer_norm_backward_dx", dt, threads,
             dx, dy, x, gamma, mean, rstd, ints=(rows, c, width),
         )  # fmt: skip
-        # dgamma/dbeta without atomics: per-chunk column sums, then a sum over chunks.
-        chunks = -(-rows // _LN_CHUNK_ROWS)
-        partial = self.empty((chunks, 2, c), dt)
-        pints = (rows, c, _LN_CHUNK_ROWS, chunks)
-        self.launch(
-            "layernorm", "layer_norm_backward_partial", dt, flat_threads(chunks * c),
-            partial, dy, x, mean, rstd, ints=pints,
-        )  # fmt: skip
-        self.launch(
-            "layernorm", "layer_norm_backward_params", dt, flat_threads(c),
-            dgamma, dbeta, partial, ints=pints,
-        )  # fmt: skip
+        launch_param_sums(self, dgamma, dbeta, dy, x, mean, rstd)
         return dx, dgamma, dbeta
+
+
+def launch_param_sums(
+    host: KernelHost, dgamma: Tensor, dbeta: Tensor, dy: Tensor, x: Tensor, mean: Tensor,
+    rstd: Tensor,
+) -> None:  # fmt: skip
+    """dgamma/dbeta without atomics (rows >= 1): per-chunk column sums, then a sum over
+    chunks. Shared with ``add_layer_norm_backward`` (``x`` is its ``s``)."""
+    c, rows, dt = x.shape[-1], prod(x.shape[:-1]), x.dtype
+    chunks = -(-rows // _LN_CHUNK_ROWS)
+    partial = host.empty((chunks, 2, c), dt)
+    pints = (rows, c, _LN_CHUNK_ROWS, chunks)
+    host.launch(
+        "layernorm", "layer_norm_backward_partial", dt, flat_threads(chunks * c),
+        partial, dy, x, mean, rstd, ints=pints,
+    )  # fmt: skip
+    host.launch(
+        "layernorm", "layer_norm_backward_params", dt, flat_threads(c),
+        dgamma, dbeta, partial, ints=pints,
+    )  # fmt: skip

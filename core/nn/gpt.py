@@ -73,8 +73,28 @@ class Block(Module):
         self.mlp = MLP(cfg.width, proj_std=proj_std, rng=rng, **kw)
 
     def forward(self, x: Variable, B: int, T: int) -> Variable:  # noqa: N803 - x (B*T, C)
-        x = x + self.attn(self.ln1(x), B, T)
-        return x + self.mlp(self.ln2(x))
+        """The block alone (a recompute region): its input's LayerNorm and its last
+        residual add stay separate ops; the add before ``ln2`` is fused with it."""
+        return self.chain(x, self.ln1(x), B, T, None)[0]
+
+    def chain(
+        self,
+        x: Variable,
+        h: Variable,
+        B: int,  # noqa: N803
+        T: int,  # noqa: N803
+        after: LayerNorm | None,
+    ) -> tuple[Variable, Variable | None]:
+        """``(x', after(x'))`` from ``x`` and ``h = ln1(x)``: each residual add is fused
+        with the LayerNorm that reads it (``ln2``, then ``after``: the next block's
+        ``ln1`` or the final one), so the stream is written and normalised in one pass
+        and its gradient folded into the LayerNorm's backward. ``after=None`` leaves the
+        last add plain (the caller normalises part of the rows only)."""
+        x, h2 = self.ln2.add_forward(x, self.attn(h, B, T))
+        m = self.mlp(h2)
+        if after is None:
+            return x + m, None
+        return after.add_forward(x, m)
 
 
 class GPT(Module):
@@ -103,8 +123,9 @@ class GPT(Module):
         self._positions.clear()
         return self
 
-    def _hidden(self, idx: Tensor) -> Variable:
-        """Residual stream after the last block, ``(B*T, C)``."""
+    def _hidden(self, idx: Tensor, final: bool = True) -> Variable:
+        """The residual stream after the last block, ``(B*T, C)``, through the final
+        LayerNorm when ``final`` (fused with the last residual add)."""
         if idx.ndim != 2:
             raise ShapeError(f"[GPT] token ids must be (B, T); got shape {idx.shape}")
         B, T = idx.shape  # noqa: N806
@@ -119,16 +140,22 @@ class GPT(Module):
             pos = self._positions[T] = creation.arange(T, dtype=np.int32, device=self.device)
         tok = self.wte(idx)  # (B, T, C)
         x = (tok + self.wpe(pos).broadcast_to((B, T, C))).reshape(B * T, C)  # (B*T, C)
-        for block in self.blocks:
-            if self.config.recompute == "block":
+        if self.config.recompute == "block":  # regions meet at the stream: adds stay plain
+            for block in self.blocks:
                 x = recompute(lambda h, blk=block: blk(h, B, T), [x], block.parameters())
-            else:
-                x = block(x, B, T)
-        return x
+            return self.ln_f(x) if final else x
+        h = self.blocks[0].ln1(x)
+        for i, block in enumerate(self.blocks):
+            nxt = self.blocks[i + 1].ln1 if i + 1 < len(self.blocks) else None
+            after = nxt if nxt is not None else (self.ln_f if final else None)
+            x, normed = block.chain(x, h, B, T, after)
+            if normed is not None:
+                h = normed
+        return h if final else x
 
     def forward(self, idx: Tensor) -> Variable:
         """Logits ``(B*T, V)`` for every position of ``idx`` ``(B, T)``."""
-        return self.head(self.ln_f(self._hidden(idx)))
+        return self.head(self._hidden(idx))
 
     def loss(self, idx: Tensor, targets: Tensor) -> Variable:
         """Mean cross-entropy over targets ``(B, T)``; targets of -1 are ignored."""
@@ -137,5 +164,5 @@ class GPT(Module):
     def last_logits(self, idx: Tensor) -> Variable:
         """Logits ``(B, V)`` of the last position only (generation needs nothing else)."""
         B, T = idx.shape  # noqa: N806
-        h = self._hidden(idx).reshape(B, T, self.config.width)[:, T - 1, :]  # (B, C)
-        return self.head(self.ln_f(h))
+        h = self._hidden(idx, final=False).reshape(B, T, self.config.width)[:, T - 1, :]
+        return self.head(self.ln_f(h))  # (B, C)

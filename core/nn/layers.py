@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..autograd import Variable, embedding, layer_norm, linear
+from ..autograd import Variable, add_layer_norm, embedding, layer_norm, linear
 from ..device import Device
 from ..tensor import Tensor
 from .module import Module, parameter
@@ -53,6 +53,11 @@ class LayerNorm(Module):
 
     def forward(self, x: Variable) -> Variable:
         return layer_norm(x, self.weight, self.bias, self.eps)
+
+    def add_forward(self, x: Variable, r: Variable) -> tuple[Variable, Variable]:
+        """``(s, self(s))`` with ``s = x + r``: a residual add and this LayerNorm in one op
+        (``add_layer_norm``), the same numbers as ``s = x + r; self(s)``."""
+        return add_layer_norm(x, r, self.weight, self.bias, self.eps)
 
 
 class Embedding(Module):

@@ -27,6 +27,7 @@ from .deferred import flush as flush_deferred
 from .dispatch import Out
 from .fused.adam import adam_update
 from .fused.adam_multi import adam_update_multi
+from .fused.add_layer_norm import add_layer_norm, add_layer_norm_backward
 from .fused.attention import attention, attention_backward
 from .fused.attention_qkv import attention_qkv, attention_qkv_backward
 from .fused.cross_entropy import cross_entropy, cross_entropy_backward
@@ -112,5 +113,6 @@ __all__ = [
     "softmax_backward", "layer_norm", "layer_norm_backward", "embedding", "embedding_backward",
     "cross_entropy", "cross_entropy_backward", "attention", "attention_backward",
     "flash_attention", "flash_attention_backward", "adam_update", "linear", "linear_backward",
-    "attention_qkv", "attention_qkv_backward", "adam_update_multi",
+    "attention_qkv", "attention_qkv_backward", "adam_update_multi", "add_layer_norm",
+    "add_layer_norm_backward",
 ]  # fmt: skip

@@ -1,0 +1,68 @@
+"""The residual add fused with LayerNorm: launch plan (op unit
+``riftco.ops.fused.add_layer_norm``; kernels in ``shaders/layernorm.cl``).
+
+Forward: one row launch writes ``s = x + r`` and normalises it from the values it just
+wrote (the unfused pair is an add launch, then a LayerNorm launch reading ``s`` back).
+Backward: one row launch writes ``ds + dx`` (the unfused graph adds in a third launch),
+then LayerNorm's own two-stage column sums for dgamma and dbeta.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from .fused_layer_norm import launch_param_sums
+from .fused_plan import prod, row_plan
+from .host import KernelMixin
+
+if TYPE_CHECKING:
+    from ..tensor import Tensor
+
+
+class AddLayerNormKernels(KernelMixin):
+    """``add_layer_norm`` and its backward (LayerNorm's param sums are reused)."""
+
+    def add_layer_norm(
+        self, x: Tensor, r: Tensor, gamma: Tensor, beta: Tensor, eps: float
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        c = x.shape[-1]
+        lead = tuple(x.shape[:-1])
+        rows = prod(lead)
+        s = self.empty(x.shape, x.dtype)
+        y = self.empty(x.shape, x.dtype)
+        mean = self.empty(lead, x.dtype)
+        rstd = self.empty(lead, x.dtype)
+        if rows and not c:  # core rejects C = 0; called directly, the statistics are NaN
+            self.fill(mean, math.nan)
+            self.fill(rstd, math.nan)
+        if x.size:
+            threads, width = row_plan(rows, c)
+            self.launch(
+                "layernorm", "add_layer_norm_forward", x.dtype, threads,
+                s, y, mean, rstd, x, r, gamma, beta, ints=(rows, c, width), floats=(eps,),
+            )  # fmt: skip
+        return s, y, mean, rstd
+
+    def add_layer_norm_backward(
+        self, dy: Tensor, ds: Tensor, s: Tensor, gamma: Tensor, mean: Tensor, rstd: Tensor
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        c = s.shape[-1]
+        rows = prod(s.shape[:-1])
+        dt = s.dtype
+        dsum = self.empty(s.shape, dt)
+        dgamma = self.empty((c,), dt)
+        dbeta = self.empty((c,), dt)
+        if c == 0:
+            return dsum, dgamma, dbeta
+        if rows == 0:
+            self.fill(dgamma, 0.0)
+            self.fill(dbeta, 0.0)
+            return dsum, dgamma, dbeta
+        threads, width = row_plan(rows, c)
+        self.launch(
+            "layernorm", "add_layer_norm_backward_dx", dt, threads,
+            dsum, dy, ds, s, gamma, mean, rstd, ints=(rows, c, width),
+        )  # fmt: skip
+        launch_param_sums(self, dgamma, dbeta, dy, s, mean, rstd)
+        return dsum, dgamma, dbeta
