@@ -25,9 +25,10 @@ Conventions shared by every method:
 * Fused operations are optional. A backend class that defines one runs it natively;
   otherwise core runs the op unit's composite, built from the primitives.
 
-Protocol version 1.2 (1.1 added the optional ``linear``/``linear_backward`` and
-``attention_qkv``/``attention_qkv_backward``, 1.2 the optional ``adam_update_multi``; a
-1.0 or 1.1 backend runs the composites of what it lacks). A change
+Protocol version 1.3 (1.1 added the optional ``linear``/``linear_backward`` and
+``attention_qkv``/``attention_qkv_backward``, 1.2 the optional ``adam_update_multi``, 1.3
+the optional ``linear_gelu``/``linear_gelu_backward``; an older 1.x backend runs the
+composites of what it lacks). A change
 that removes or alters a method bumps the major number; adding an optional fused op bumps
 the minor number.
 """
@@ -50,6 +51,7 @@ from .ops.fused.flash_attention import FlashAttentionMethods
 from .ops.fused.gelu import GeluMethods
 from .ops.fused.layer_norm import LayerNormMethods
 from .ops.fused.linear import LinearMethods
+from .ops.fused.linear_gelu import LinearGeluMethods
 from .ops.fused.softmax import SoftmaxMethods
 from .ops.opunit import units
 from .ops.primitive.binary import BinaryMethods
@@ -61,7 +63,7 @@ from .ops.primitive.select import COMPARE_OPS, SelectMethods  # noqa: F401  (re-
 from .ops.primitive.unary import UnaryMethods
 from .tensor import Tensor
 
-PROTOCOL_VERSION: tuple[int, int] = (1, 2)
+PROTOCOL_VERSION: tuple[int, int] = (1, 3)
 
 #: Every required method (a backend missing one is refused at load time), in unit order.
 PRIMITIVE_OPS: tuple[str, ...] = tuple(u.name for u in units() if u.kind != "fused")
@@ -148,6 +150,7 @@ class FusedBackend(
     LinearMethods,
     AttentionQKVMethods,
     AdamMultiMethods,
+    LinearGeluMethods,
     Protocol,
 ):
     """The optional fused methods, for type checkers (a backend may define any subset)."""

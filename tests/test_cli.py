@@ -39,7 +39,7 @@ def test_backends_json_lists_cpu_with_capabilities(registry, capsys):
     cpu = rows["cpu"]
     assert cpu["available"] is True and cpu["reason"] == ""
     assert (
-        cpu["protocol_version"] == list(PROTOCOL_VERSION) == [1, 2]
+        cpu["protocol_version"] == list(PROTOCOL_VERSION) == [1, 3]
         and cpu["distribution"] == "riftco"
     )
     assert cpu["capabilities"]["dtypes"] == ["float32", "float64", "int32", "int64"]

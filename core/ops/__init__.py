@@ -35,6 +35,7 @@ from .fused.flash_attention import flash_attention, flash_attention_backward
 from .fused.gelu import gelu, gelu_backward
 from .fused.layer_norm import layer_norm, layer_norm_backward
 from .fused.linear import linear, linear_backward
+from .fused.linear_gelu import linear_gelu, linear_gelu_backward
 from .fused.softmax import softmax, softmax_backward
 from .opunit import OpUnit, register, unit, units
 from .primitive.binary import (
@@ -112,5 +113,6 @@ __all__ = [
     "softmax_backward", "layer_norm", "layer_norm_backward", "embedding", "embedding_backward",
     "cross_entropy", "cross_entropy_backward", "attention", "attention_backward",
     "flash_attention", "flash_attention_backward", "adam_update", "linear", "linear_backward",
-    "attention_qkv", "attention_qkv_backward", "adam_update_multi",
+    "attention_qkv", "attention_qkv_backward", "adam_update_multi", "linear_gelu",
+    "linear_gelu_backward",
 ]  # fmt: skip

@@ -10,7 +10,7 @@ import importlib
 
 MODULES: tuple[str, ...] = (
     "gelu", "softmax", "layer_norm", "embedding", "cross_entropy", "attention",
-    "flash_attention", "adam", "linear", "attention_qkv", "adam_multi",
+    "flash_attention", "adam", "linear", "attention_qkv", "adam_multi", "linear_gelu",
 )  # fmt: skip
 
 for _name in MODULES:
