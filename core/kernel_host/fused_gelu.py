@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     from ..tensor import Tensor
 
 #: The ``form`` parameter of ``gelu_forward``/``gelu_backward`` per ``approximate``.
-GELU_FORMS = {"tanh": 0, "none": 1}
+_GELU_FORMS = {"tanh": 0, "none": 1}
 
 
 class GeluKernels(KernelMixin):
@@ -24,7 +24,7 @@ class GeluKernels(KernelMixin):
         if n and approximate == "tanh":  # one thread per element: vectorises on CPUs
             self.launch("gelu", "gelu_tanh_forward", x.dtype, n, y, x, ints=(n, 0))
         elif n:
-            form = GELU_FORMS[approximate]
+            form = _GELU_FORMS[approximate]
             self.launch("gelu", "gelu_forward", x.dtype, flat_threads(n), y, x, ints=(n, form))
         return y
 
@@ -34,7 +34,7 @@ class GeluKernels(KernelMixin):
         if n and approximate == "tanh":
             self.launch("gelu", "gelu_tanh_backward", x.dtype, n, dx, dy, x, ints=(n, 0))
         elif n:
-            form = GELU_FORMS[approximate]
+            form = _GELU_FORMS[approximate]
             threads = flat_threads(n)
             self.launch("gelu", "gelu_backward", x.dtype, threads, dx, dy, x, ints=(n, form))
         return dx

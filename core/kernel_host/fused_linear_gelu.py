@@ -5,10 +5,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .fused_gelu import GELU_FORMS, GeluKernels
+from .fused_gelu import GeluKernels
 
 if TYPE_CHECKING:
     from ..tensor import Tensor
+
+
+#: The epilogue kernel per ``approximate`` (``shaders/gelu.cl``), one per form: a branch on
+#: the form keeps PoCL from vectorising the tanh form across threads.
+_KERNEL_FORM = {"tanh": "tanh", "none": "erf"}
 
 
 class LinearGeluKernels(GeluKernels):
@@ -23,8 +28,8 @@ class LinearGeluKernels(GeluKernels):
         h: Tensor = self.matmul(x, weight, False, False)
         y = self.empty(h.shape, h.dtype)
         if h.size:
-            self.launch("gelu", "linear_gelu_epilogue", h.dtype, h.size, y, h, bias,
-                        ints=(h.size, h.shape[1], GELU_FORMS[approximate]))  # fmt: skip
+            kernel = f"linear_gelu_{_KERNEL_FORM[approximate]}_epilogue"
+            self.launch("gelu", kernel, h.dtype, h.size, y, h, bias, ints=(h.size, h.shape[1]))
         return y, h
 
     def linear_gelu_backward(
