@@ -27,7 +27,8 @@ Conventions shared by every method:
 
 Protocol version 1.3 (1.1 added the optional ``linear``/``linear_backward`` and
 ``attention_qkv``/``attention_qkv_backward``, 1.2 the optional ``adam_update_multi``, 1.3
-the optional ``add_layer_norm``/``add_layer_norm_backward``; an older backend runs the
+the optional ``add_layer_norm``/``add_layer_norm_backward`` and
+``linear_gelu``/``linear_gelu_backward``; an older 1.x backend runs the
 composites of what it lacks). A change
 that removes or alters a method bumps the major number; adding an optional fused op bumps
 the minor number.
@@ -52,6 +53,7 @@ from .ops.fused.flash_attention import FlashAttentionMethods
 from .ops.fused.gelu import GeluMethods
 from .ops.fused.layer_norm import LayerNormMethods
 from .ops.fused.linear import LinearMethods
+from .ops.fused.linear_gelu import LinearGeluMethods
 from .ops.fused.softmax import SoftmaxMethods
 from .ops.opunit import units
 from .ops.primitive.binary import BinaryMethods
@@ -151,6 +153,7 @@ class FusedBackend(
     AttentionQKVMethods,
     AdamMultiMethods,
     AddLayerNormMethods,
+    LinearGeluMethods,
     Protocol,
 ):
     """The optional fused methods, for type checkers (a backend may define any subset)."""

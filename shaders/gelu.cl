@@ -133,3 +133,39 @@ KERNEL void gelu_backward(GLOBAL T* dx ARG(0), GLOBAL const T* dy ARG(1),
         dx[i] = dy[i] * g;
     }
 }
+
+/* The epilogue of linear_gelu (op unit riftco.ops.fused.linear_gelu) after the host's
+ * product h = x @ weight: h[r, c] += bias[c] in place (the saved pre-activation) and
+ * y = gelu(h), one thread per element, in one pass over h while it is still warm, where
+ * linear then gelu take two (add_row_bias, then the GELU kernel reading h back).
+ * Integer params P: [0] n elements, [1] cols (bias length). The tanh form has a kernel of
+ * its own with no branch on the form, so that PoCL vectorises it across threads as it does
+ * gelu_tanh_forward. */
+INLINE T linear_gelu_bias(GLOBAL T* h, GLOBAL const T* bias, int i, int cols) {
+    T v = h[i] + bias[i % cols];
+    h[i] = v;
+    return v;
+}
+
+KERNEL void linear_gelu_tanh_epilogue(GLOBAL T* y ARG(0), GLOBAL T* h ARG(1),
+                                      GLOBAL const T* bias ARG(2),
+                                      GLOBAL const int* P ARG(3) THREAD_ARGS) {
+    int i = GID;
+    if (i < P[0]) {
+        T v = linear_gelu_bias(h, bias, i, P[1]);
+        T u = gelu_tanh_inner(v);
+        T g = v * gelu_tanh_gate(u, rs_exp((T)-2.0 * fabs(u)));
+        y[i] = RIFTCO_ISFINITE(v) ? g : gelu_special(v);
+    }
+}
+
+KERNEL void linear_gelu_erf_epilogue(GLOBAL T* y ARG(0), GLOBAL T* h ARG(1),
+                                     GLOBAL const T* bias ARG(2),
+                                     GLOBAL const int* P ARG(3) THREAD_ARGS) {
+    int i = GID;
+    if (i < P[0]) {
+        T v = linear_gelu_bias(h, bias, i, P[1]);
+        T g = v * gelu_normal_cdf(v);
+        y[i] = RIFTCO_ISFINITE(v) ? g : gelu_special(v);
+    }
+}

@@ -13,7 +13,13 @@ from typing import Any
 
 import numpy as np
 from riftco.backends.cpu.backend import CPUBackend, view
-from riftco.backends.cpu.fused import attention_math, flash_math, gelu_grad_math, merge_heads
+from riftco.backends.cpu.fused import (
+    attention_math,
+    flash_math,
+    gelu_grad_math,
+    gelu_math,
+    merge_heads,
+)
 from riftco.tensor import Tensor
 
 
@@ -439,6 +445,26 @@ class LinearBackwardBiasGradIsMean(Base):
                 self.result(db.astype(g.dtype)))  # fmt: skip
 
 
+class LinearGeluSavesActivation(Base):
+    """Saves gelu(h) instead of h for the backward (the epilogue overwrote its tile)."""
+
+    def linear_gelu(self, x: Tensor, weight: Tensor, bias: Tensor, approximate: str) -> Any:
+        y = gelu_math(view(x) @ view(weight) + view(bias), approximate)
+        return self.result(y, x.dtype), self.result(y, x.dtype)
+
+
+class LinearGeluBackwardSkipsGeluGrad(Base):
+    """Bias gradient from dy instead of dh = dy * gelu'(h) (the column sums started before
+    the elementwise pass)."""
+
+    def linear_gelu_backward(self, dy: Tensor, x: Tensor, weight: Tensor, h: Tensor,
+                             approximate: str) -> Any:  # fmt: skip
+        dx, dw, _ = super().linear_gelu_backward(dy, x, weight, h, approximate)
+        g = view(dy)
+        db = g.sum(axis=0) if g.shape[0] else np.zeros(g.shape[1], g.dtype)
+        return dx, dw, self.result(db.astype(g.dtype))
+
+
 class AttentionQKVPerHeadLayout(Base):
     """Reads qkv as [B, T, H, 3, D] (q | k | v interleaved per head, Megatron's layout)
     instead of [B, T, 3, H, D]: the same with one head, wrong with two or more."""
@@ -536,6 +562,8 @@ MUTANTS: list[tuple[type[Base], str]] = [
     (DenseOnlyCopyIgnoresOffset, "copy_strided"),
     (LinearBiasOnFirstRowOnly, "linear"),
     (LinearBackwardBiasGradIsMean, "linear_backward"),
+    (LinearGeluSavesActivation, "linear_gelu"),
+    (LinearGeluBackwardSkipsGeluGrad, "linear_gelu_backward"),
     (AttentionQKVPerHeadLayout, "attention_qkv"),
     (AttentionQKVBackwardSwapsDkDv, "attention_qkv_backward"),
     (MulTrustsBufferSize, "mul"),

@@ -299,6 +299,18 @@ def test_gelu_specials(be: Any) -> None:
         assert_close(dx[fin], ref_g, rtol=2e-5, atol=1e-6, msg=f"gelu' {form}")
 
 
+def test_linear_gelu_epilogue_specials(be: Any) -> None:
+    """The epilogue kernel (bias + GELU on the product) decides specials as ``gelu`` does:
+    h = 1 * w + 0 carries every special, and y must be ``gelu(h)``'s value (NaN for NaN)."""
+    w = np.array([SPECIALS], np.float32)
+    x, b = np.ones((2, 1), np.float32), np.zeros(w.shape[1], np.float32)
+    for form in ("tanh", "none"):
+        y, h = F.linear_gelu(be.from_numpy(x), be.from_numpy(w), be.from_numpy(b), form)
+        ref = F.gelu(be.from_numpy(np.repeat(w, 2, 0)), form).numpy()
+        np.testing.assert_array_equal(h.numpy(), np.repeat(w, 2, 0))
+        assert_close(y.numpy(), ref, rtol=1e-6, atol=0.0, msg=f"linear_gelu {form}")
+
+
 def test_layer_norm_nan_row_stays_in_its_row(be: Any) -> None:
     rng = np.random.default_rng(3)
     x = rng.normal(size=(5, 40)).astype(np.float32)

@@ -235,13 +235,31 @@ class FusedOps:
     def linear_backward(
         self, dy: Tensor, x: Tensor, weight: Tensor
     ) -> tuple[Tensor, Tensor, Tensor]:
-        g, dt = _v(dy), x.dtype
+        return self._linear_grads(_v(dy), x, weight)
+
+    def _linear_grads(
+        self, g: np.ndarray, x: Tensor, weight: Tensor
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        dt = x.dtype
         dbias = pairwise_sum(g, (0,))  # a long column of rows: pairwise, like sum
         return (
             self.result(g @ _v(weight).T, dt),
             self.result(_v(x).T @ g, dt),
             self.result(dbias, dt),
         )
+
+    def linear_gelu(
+        self, x: Tensor, weight: Tensor, bias: Tensor, approximate: str
+    ) -> tuple[Tensor, Tensor]:
+        """``linear`` then ``gelu``'s math: the reference's bits for the unfused layer."""
+        h = _v(x) @ _v(weight) + _v(bias)
+        return self.result(gelu_math(h, approximate), x.dtype), self.result(h, x.dtype)
+
+    def linear_gelu_backward(
+        self, dy: Tensor, x: Tensor, weight: Tensor, h: Tensor, approximate: str
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        g = np.asarray(_v(dy) * gelu_grad_math(_v(h), approximate), x.dtype)
+        return self._linear_grads(g, x, weight)
 
     def cross_entropy(self, logits: Tensor, targets: Tensor) -> tuple[Tensor, Tensor]:
         lv, t = _v(logits), _v(targets)

@@ -28,6 +28,7 @@ from riftco.tensor import Storage, Tensor, dense_strides
 
 from . import blas, build
 from .attention import NativeAttention
+from .linear_gelu import NativeLinearGelu
 from .pool import MIN_BYTES, BufferPool
 from .primitives import NativePrimitives
 
@@ -56,7 +57,7 @@ class _SingleThreadedBlas:
             self._blas.set_threads(self._prev)
 
 
-class NativeBackend(NativeAttention, NativePrimitives, CPUBackend):
+class NativeBackend(NativeAttention, NativeLinearGelu, NativePrimitives, CPUBackend):
     name: ClassVar[str] = "native"
     priority: ClassVar[int] = 5
 

@@ -34,6 +34,7 @@ SOURCES = (
     "kernels_attention.c",
     "kernels_optim.c",
     "kernels_norm.c",
+    "kernels_linear_gelu.c",
 )
 #: -fno-math-errno lets sqrt vectorise and -fno-trapping-math lets GCC if-convert the
 #: branch-free exp (selects instead of jumps); neither changes a result (Python never
@@ -80,6 +81,11 @@ void blas_matmul_batched_{s}(void *fn, int ta, int tb, int64_t batch, int64_t M,
 int colsum_{s}({t} *x, int64_t rows, int64_t cols, int64_t ld, {t} *out);
 int linear_backward_{s}(void *fn, int64_t M, int64_t N, int64_t K, {t} *X, int64_t ldx,
                          {t} *W, int64_t ldw, {t} *dY, int64_t ldy, {t} *dX, {t} *dW, {t} *db);
+void linear_gelu_{s}(void *fn, int ta, int tb, int64_t M, int64_t N, int64_t K, {t} *A,
+                     int64_t lda, {t} *B, int64_t ldb, {t} *bias, {t} *H, {t} *Y, int approx);
+int linear_gelu_backward_{s}(void *fn, int64_t M, int64_t N, int64_t K, {t} *X, int64_t ldx,
+                             {t} *W, int64_t ldw, {t} *dY, int64_t ldy, {t} *H, int64_t ldh,
+                             {t} *dH, {t} *dX, {t} *dW, {t} *db, int approx);
 void binary_{s}(int op, {t} *a, int64_t sa, {t} *b, int64_t sb, {t} *out, int64_t rows,
                 int64_t cols);
 void copy_view_{s}({t} *x, int64_t *shape, int64_t *st, {t} *out);

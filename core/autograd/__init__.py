@@ -23,6 +23,7 @@ from .fused import (
     gelu,
     layer_norm,
     linear,
+    linear_gelu,
     softmax,
 )
 from .gradcheck import gradcheck
@@ -88,7 +89,7 @@ __all__ = [
     "add", "sub", "mul", "div", "neg", "power", "matmul", "exp", "log", "sqrt", "tanh",
     "sum", "mean", "max", "reshape", "transpose", "permute", "broadcast_to", "sum_to_shape",
     "getitem", "concatenate_last_axis", "split_last_axis",
-    "gelu", "softmax", "layer_norm", "linear", "embedding", "cross_entropy", "attention",
-    "attention_qkv", "add_layer_norm",
+    "gelu", "softmax", "layer_norm", "linear", "linear_gelu", "embedding", "cross_entropy",
+    "attention", "attention_qkv", "add_layer_norm",
     "custom_gradient", "recompute", "gradcheck", "set_domain_checks", "check_domain",
 ]  # fmt: skip

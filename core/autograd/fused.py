@@ -1,4 +1,5 @@
-"""Differentiable fused ops: GELU, softmax, LayerNorm, embedding, cross-entropy, attention.
+"""Differentiable fused ops: GELU, softmax, LayerNorm, linear (+GELU), embedding, cross-entropy,
+attention.
 
 Each forward calls the fused raw op (native kernel or core composite) through ``apply``,
 and each VJP is the one its op unit declares, which calls the dedicated backward op: a GPU
@@ -21,6 +22,7 @@ from ..ops.fused import flash_attention as _flash
 from ..ops.fused import gelu as _gelu
 from ..ops.fused import layer_norm as _layer_norm
 from ..ops.fused import linear as _linear
+from ..ops.fused import linear_gelu as _linear_gelu
 from ..ops.fused import softmax as _softmax
 from ..tensor import Tensor
 from .apply import apply, as_variable
@@ -73,6 +75,14 @@ def add_layer_norm(
 def linear(x: Variable, weight: Variable, bias: Variable) -> Variable:
     """``x[M, K] @ weight[K, N] + bias[N]``; one fused backward makes dx, dweight, dbias."""
     return apply(_linear.LINEAR, x, weight, bias)
+
+
+def linear_gelu(
+    x: Variable, weight: Variable, bias: Variable, approximate: str = "tanh"
+) -> Variable:
+    """``gelu(x[M, K] @ weight[K, N] + bias[N])`` as one node: the pre-activation is saved
+    for the backward, which forms ``dy * gelu'(h)`` inside the linear backward's call."""
+    return apply(_linear_gelu.LINEAR_GELU, x, weight, bias, approximate)
 
 
 def embedding(table: Variable, ids: Tensor) -> Variable:

@@ -22,6 +22,7 @@ from .fused_flash_attention import FlashAttentionKernels
 from .fused_gelu import GeluKernels
 from .fused_layer_norm import LayerNormKernels
 from .fused_linear import LinearKernels
+from .fused_linear_gelu import LinearGeluKernels
 from .fused_softmax import SoftmaxKernels
 from .shader_defines import FLASH_MAX_HEAD_DIM
 
@@ -29,6 +30,7 @@ __all__ = ["FLASH_MAX_HEAD_DIM", "FusedKernels"]
 
 
 class FusedKernels(
+    LinearGeluKernels,  # first: it extends GeluKernels (its backward starts with gelu_backward)
     GeluKernels,
     SoftmaxKernels,
     LayerNormKernels,

@@ -11,7 +11,7 @@ import importlib
 MODULES: tuple[str, ...] = (
     "gelu", "softmax", "layer_norm", "embedding", "cross_entropy", "attention",
     "flash_attention", "adam", "linear", "attention_qkv", "adam_multi",
-    "add_layer_norm",
+    "add_layer_norm", "linear_gelu",
 )  # fmt: skip
 
 for _name in MODULES:

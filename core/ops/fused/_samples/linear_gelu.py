@@ -1,0 +1,110 @@
+"""Conformance data of ``fused/linear_gelu.py``: linear's shapes and layouts (K = 0, M = 0,
+the GPT fc shape, past a 64-tile, many rows, x seen transposed, offset and sliced), both
+GELU forms, pre-activations up to 1e4 (no overflow in gelu or gelu'), NaN and inf."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ...samples import (
+    SIZES,
+    Arr,
+    Ctx,
+    Draw,
+    Example,
+    Params,
+    Samples,
+    SampleSet,
+    edges,
+    error,
+    label,
+    normal,
+    rng_of,
+    with_specials,
+)
+from ..gelu import APPROXIMATIONS
+from ..linear_gelu import linear_gelu, linear_gelu_backward
+
+
+def _e(lbl: str, m: int, k: int, n: int, approximate: str = "tanh", **kw: Any) -> Params:
+    return {"label": lbl, "m": m, "k": k, "n": n, "approximate": approximate, **kw}
+
+
+EDGES = edges(
+    _e("1x1x1", 1, 1, 1),
+    _e("odd sizes", 33, 67, 5),
+    _e("odd sizes, erf form", 33, 67, 5, "none"),
+    _e("GPT fc shape", 64, 32, 128),
+    _e("past a 64-tile", 130, 70, 129),
+    _e("K = 0 (h = bias)", 3, 0, 4),
+    _e("M = 0", 0, 5, 4),
+    _e("many rows (column sums)", 4097, 3, 2),
+    _e("x transposed", 9, 17, 3, layout="transposed"),
+    _e("x offset x[1:]", 6, 9, 5, layout="offset"),
+    _e("x rows x[:, :k]", 7, 6, 11, layout="rows"),
+    _e("large |h| (up to 1e4)", 5, 3, 40, large=True),
+    _e("large |h|, erf form", 5, 3, 40, "none", large=True),
+    _e("NaN and inf in x", 6, 5, 4, special=True),
+)
+
+
+def _draw(d: Draw) -> Params:
+    return {"m": d.choice(SIZES), "k": d.choice(SIZES), "n": d.choice(SIZES),
+            "approximate": d.choice(APPROXIMATIONS)}  # fmt: skip
+
+
+def _samples(backward: bool) -> Samples:
+    def build(p: Params, ctx: Ctx) -> Example:
+        rng = rng_of(p)
+        m, k, n = p["m"], p["k"], p["n"]
+        x = normal(rng, (m, k))
+        if p.get("special"):
+            x = with_specials(x, rng, np.nan, np.inf)
+        w, b = normal(rng, (k, n)), normal(rng, (n,))
+        if p.get("large"):  # a bias from -1e4 to 1e4 puts h far out on both tails
+            b = np.sign(b) * np.exp(rng.uniform(0.0, np.log(1e4), (n,)))
+        xa, wa = Arr(x, layout=p["layout"]), Arr(w)
+        kwargs = {"approximate": p["approximate"]}
+        if backward:
+            with np.errstate(all="ignore"):  # the forward's h (NaN and inf rows included)
+                h = (x.astype(np.float64) @ w + b) if k else np.broadcast_to(b, (m, n)).copy()
+            dy = Arr(normal(rng, (m, n)), layout=p["layout"])
+            return Example(label(p), [dy, xa, wa, Arr(h)], kwargs, params=p)
+        return Example(label(p), [xa, wa, Arr(b)], kwargs, params=p)
+
+    bench = _e("bench", 1024, 128, 512)
+    return Samples(build, EDGES, _draw, layouts=("dense", "transposed", "offset"), bench=bench)
+
+
+def _fwd(t: Any, xs: tuple[int, ...], ws: tuple[int, ...], bs: tuple[int, ...]) -> Any:
+    return linear_gelu(t.f(*xs), t.f(*ws), t.f(*bs))
+
+
+SAMPLES = {
+    "linear_gelu": SampleSet(
+        samples=_samples(False),
+        errors=(
+            error("linear_gelu_inner_dims", "linear_gelu", lambda t: _fwd(t, (2, 3), (4, 5), (5,))),
+            error("linear_gelu_bias_shape", "linear_gelu", lambda t: _fwd(t, (2, 3), (3, 5), (4,))),
+            error("linear_gelu_rank", "linear_gelu", lambda t: _fwd(t, (2, 2, 3), (3, 5), (5,))),
+            error("linear_gelu_bad_approximate", "linear_gelu",
+                  lambda t: linear_gelu(t.f(2, 3), t.f(3, 5), t.f(5), "exact")),
+            error("linear_gelu_index_dtype", "linear_gelu",
+                  lambda t: linear_gelu(t.i(2, 3), t.f(3, 5), t.f(5)), "index"),
+        ),
+    ),
+    "linear_gelu_backward": SampleSet(
+        samples=_samples(True),
+        errors=(
+            error("linear_gelu_backward_dy_shape", "linear_gelu_backward",
+                  lambda t: linear_gelu_backward(t.f(2, 4), t.f(2, 3), t.f(3, 5), t.f(2, 5))),
+            error("linear_gelu_backward_h_shape", "linear_gelu_backward",
+                  lambda t: linear_gelu_backward(t.f(2, 5), t.f(2, 3), t.f(3, 5), t.f(5, 2))),
+            error("linear_gelu_backward_mixed_devices", "linear_gelu_backward",
+                  lambda t: linear_gelu_backward(t.f(2, 5), t.f(2, 3), t.f(3, 5),
+                                                 t.other_device(2, 5))),
+        ),
+    ),
+}  # fmt: skip
