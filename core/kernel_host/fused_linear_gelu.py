@@ -1,5 +1,5 @@
-"""linear_gelu's launch plan (op unit ``riftco.ops.fused.linear_gelu``; the epilogue kernel
-is ``linear_gelu_epilogue`` in ``shaders/gelu.cl``)."""
+"""linear_gelu's launch plan (op unit ``riftco.ops.fused.linear_gelu``; the epilogue kernels
+``linear_gelu_tanh_epilogue`` and ``linear_gelu_erf_epilogue`` are in ``shaders/gelu.cl``)."""
 
 from __future__ import annotations
 
