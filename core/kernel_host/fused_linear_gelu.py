@@ -11,8 +11,8 @@ if TYPE_CHECKING:
     from ..tensor import Tensor
 
 
-#: The epilogue kernel per ``approximate`` (``shaders/gelu.cl``), one per form: a branch on
-#: the form keeps PoCL from vectorising the tanh form across threads.
+#: The epilogue kernel per ``approximate`` (``shaders/gelu.cl``), one per form, so the tanh
+#: one has no branch on the form (as ``gelu_tanh_forward``, written to vectorise on CPUs).
 _KERNEL_FORM = {"tanh": "tanh", "none": "erf"}
 
 
