@@ -9,13 +9,25 @@ The first loss of every contender is recorded so a mismatch would show in the JS
 
 from __future__ import annotations
 
+import importlib
 import math
 from collections.abc import Callable
+from importlib.metadata import version
 from typing import Any
 
 import numpy as np
 
 Step = Callable[[], float]
+
+
+def installed_version(module: str, distribution: str) -> str | None:
+    """``distribution``'s version where ``module`` imports, else None: a reference runs only
+    where its package is installed and loads (mac_check and train_step record the version)."""
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        return None
+    return version(distribution)
 
 
 def _block_names(layers: int) -> list[str]:
@@ -89,13 +101,7 @@ def torch_step(
 
 # -- tinygrad -------------------------------------------------------------------------------------
 def tinygrad_version() -> str | None:
-    try:
-        from importlib.metadata import version
-
-        import tinygrad  # noqa: F401
-    except ImportError:
-        return None
-    return version("tinygrad")
+    return installed_version("tinygrad", "tinygrad")
 
 
 def tinygrad_step(

@@ -14,18 +14,13 @@ import math
 from typing import Any
 
 import numpy as np
+from references import installed_version
 
 Step = Any  # Callable[[], float]; kept loose so this module imports without MLX
 
 
 def mlx_version() -> str | None:
-    try:
-        from importlib.metadata import version
-
-        import mlx.core  # noqa: F401
-    except ImportError:
-        return None
-    return version("mlx")
+    return installed_version("mlx.core", "mlx")
 
 
 def mlx_step(

@@ -107,11 +107,19 @@ class SpyInputs:
 def error_cases(backend: Any) -> list[tuple[str, str, Callable[[], CaseResult]]]:
     """(case id, op, run) for every error sample of every unit this backend can express."""
     have = SpyInputs(make_spy(backend), make_spy(backend)).available()
+    return _cases(backend, "errors", have, _run_error)
+
+
+def _cases(
+    backend: Any, kind: str, have: set[str], run: Callable[[Any, ErrorSample], CaseResult]
+) -> list[tuple[str, str, Callable[[], CaseResult]]]:
+    """(``kind/name``, op, run) for each sample in every unit's ``kind`` ("errors" or
+    "domain") whose needs the backend's inputs ``have``."""
     out: list[tuple[str, str, Callable[[], CaseResult]]] = []
     for u in units():
-        for sample in u.errors:
+        for sample in getattr(u, kind):
             if sample.needs <= have:
-                out.append((f"errors/{sample.name}", u.name, partial(_run_error, backend, sample)))
+                out.append((f"{kind}/{sample.name}", u.name, partial(run, backend, sample)))
     return out
 
 
@@ -157,13 +165,7 @@ class _DeviceInputs(SpyInputs):
 
 
 def domain_cases(backend: Any) -> list[tuple[str, str, Callable[[], CaseResult]]]:
-    have = _DeviceInputs(backend).available()
-    out: list[tuple[str, str, Callable[[], CaseResult]]] = []
-    for u in units():
-        for sample in u.domain:
-            if sample.needs <= have:
-                out.append((f"domain/{sample.name}", u.name, partial(_run_domain, backend, sample)))
-    return out
+    return _cases(backend, "domain", _DeviceInputs(backend).available(), _run_domain)
 
 
 def _sync(backend: Any, result: Any) -> None:

@@ -109,11 +109,7 @@ KERNEL void flash_forward(GLOBAL T* out ARG(0), GLOBAL T* lse ARG(1), GLOBAL con
     LOCAL T lrow[FA_BQ];
     LOCAL T corr[FA_BQ];
     LOCAL int crow[FA_BQ];
-    int BH = P[0];
-    int Tn = P[1];
-    int D = P[2];
-    int causal = P[3];
-    T scale = F[0];
+    FA_SCALARS(P, F, P[2]);
     int BQ = FA_BQ;
     int BK = FA_BK;
     int nqb = (Tn + BQ - 1) / BQ;
@@ -242,11 +238,7 @@ KERNEL void flash_backward_dkdv(GLOBAL T* dk ARG(0), GLOBAL T* dv ARG(1), GLOBAL
     LOCAL T dot_t[FB_BC * FLASH_MAX_HEAD_DIM];
     LOCAL T pt[FB_BC * FB_BR];
     LOCAL T dst[FB_BC * FB_BR];
-    int BH = P[0];
-    int Tn = P[1];
-    int D = P[2];
-    int causal = P[3];
-    T scale = F[0];
+    FA_SCALARS(P, F, P[2]);
     int BR = FB_BR;
     int BC = FB_BC;
     int nkb = (Tn + BR - 1) / BR;
@@ -308,11 +300,7 @@ KERNEL void flash_backward_dq(GLOBAL T* dq ARG(0), GLOBAL const T* q ARG(1),
     LOCAL T kt[FB_BC * FLASH_MAX_HEAD_DIM];
     LOCAL T vt[FB_BC * FLASH_MAX_HEAD_DIM];
     LOCAL T dst[FB_BR * FB_BC];
-    int BH = P[0];
-    int Tn = P[1];
-    int D = P[2];
-    int causal = P[3];
-    T scale = F[0];
+    FA_SCALARS(P, F, P[2]);
     int BR = FB_BR;
     int BC = FB_BC;
     int nqb = (Tn + BR - 1) / BR;

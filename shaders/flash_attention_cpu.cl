@@ -50,6 +50,12 @@ INLINE FcLse fc_lse(T lse) {
 #define FC_BK 8
 #define FC_VW 4
 
+/* Declares idx[FC_BK], the rows of a streamed tile: j0 + c, clamped to end - 1 past the end
+ * (those are read, so they must exist, and then masked). */
+#define FC_TILE_ROWS(idx, j0, end) \
+    int idx[FC_BK];                \
+    UNROLL for (int c_ = 0; c_ < FC_BK; c_++) idx[c_] = (j0) + c_ < (end) ? (j0) + c_ : (end) - 1
+
 /* x[c] = exp(x[c]) for the FC_BK entries of a private row: OpenCL vector exps, since
  * PoCL leaves the scalar calls of flash_backward_dkdv_rows unvectorised (the other kernels
  * measured no faster with it), element-wise under Metal and CUDA. The vectors are 128 bits
@@ -149,11 +155,7 @@ KERNEL void flash_forward_rows(GLOBAL T* out ARG(0), GLOBAL T* lse ARG(1),
                                GLOBAL const T* q ARG(2), GLOBAL const T* k ARG(3),
                                GLOBAL const T* v ARG(4), GLOBAL const int* P ARG(5),
                                GLOBAL const T* F ARG(6) THREAD_ARGS) {
-    int BH = P[0];
-    int Tn = P[1];
-    int D = P[2] < FLASH_MAX_HEAD_DIM ? P[2] : FLASH_MAX_HEAD_DIM;
-    int causal = P[3];
-    T scale = F[0];
+    FA_SCALARS(P, F, P[2] < FLASH_MAX_HEAD_DIM ? P[2] : FLASH_MAX_HEAD_DIM);
     T acc[FC_R][FLASH_MAX_HEAD_DIM];
     int nb = (Tn + FC_R - 1) / FC_R;
     for (int blk = GID; blk < BH * nb; blk += GLOBAL_SIZE) {
@@ -180,10 +182,7 @@ KERNEL void flash_forward_rows(GLOBAL T* out ARG(0), GLOBAL T* lse ARG(1),
         }
         int k_end = kend[FC_R - 1];
         for (int j0 = 0; j0 < k_end; j0 += FC_BK) {
-            int idx[FC_BK];
-            UNROLL for (int c = 0; c < FC_BK; c++) {
-                idx[c] = j0 + c < k_end ? j0 + c : k_end - 1;
-            }
+            FC_TILE_ROWS(idx, j0, k_end);
             T s[FC_R][FC_BK];
             FC_DOTS_R(s, qb, ld, qi, kb, ld, idx, D);
             T cr[FC_R];
@@ -233,11 +232,7 @@ KERNEL void flash_backward_dq_rows(GLOBAL T* dq ARG(0), GLOBAL const T* q ARG(1)
                                    GLOBAL const T* dout ARG(4), GLOBAL const T* lse ARG(5),
                                    GLOBAL const T* drow ARG(6), GLOBAL const int* P ARG(7),
                                    GLOBAL const T* F ARG(8) THREAD_ARGS) {
-    int BH = P[0];
-    int Tn = P[1];
-    int D = P[2] < FLASH_MAX_HEAD_DIM ? P[2] : FLASH_MAX_HEAD_DIM;
-    int causal = P[3];
-    T scale = F[0];
+    FA_SCALARS(P, F, P[2] < FLASH_MAX_HEAD_DIM ? P[2] : FLASH_MAX_HEAD_DIM);
     T acc[FC_R][FLASH_MAX_HEAD_DIM];
     int nb = (Tn + FC_R - 1) / FC_R;
     for (int blk = GID; blk < BH * nb; blk += GLOBAL_SIZE) {
@@ -271,10 +266,7 @@ KERNEL void flash_backward_dq_rows(GLOBAL T* dq ARG(0), GLOBAL const T* q ARG(1)
         }
         int k_end = kend[FC_R - 1];
         for (int j0 = 0; j0 < k_end; j0 += FC_BK) {
-            int idx[FC_BK];
-            UNROLL for (int c = 0; c < FC_BK; c++) {
-                idx[c] = j0 + c < k_end ? j0 + c : k_end - 1;
-            }
+            FC_TILE_ROWS(idx, j0, k_end);
             T s[FC_R][FC_BK];
             T dp[FC_R][FC_BK];
             FC_DOTS_R(s, qb, ld, qi, kb, ld, idx, D);
@@ -313,11 +305,7 @@ KERNEL void flash_backward_dkdv_rows(GLOBAL T* dk ARG(0), GLOBAL T* dv ARG(1),
                                      GLOBAL const T* lse ARG(6), GLOBAL const T* drow ARG(7),
                                      GLOBAL const int* P ARG(8), GLOBAL const T* F ARG(9)
                                      THREAD_ARGS) {
-    int BH = P[0];
-    int Tn = P[1];
-    int D = P[2] < FLASH_MAX_HEAD_DIM ? P[2] : FLASH_MAX_HEAD_DIM;
-    int causal = P[3];
-    T scale = F[0];
+    FA_SCALARS(P, F, P[2] < FLASH_MAX_HEAD_DIM ? P[2] : FLASH_MAX_HEAD_DIM);
     T acck[FC_R][FLASH_MAX_HEAD_DIM];
     T accv[FC_R][FLASH_MAX_HEAD_DIM];
     int nb = (Tn + FC_R - 1) / FC_R;
@@ -342,10 +330,7 @@ KERNEL void flash_backward_dkdv_rows(GLOBAL T* dk ARG(0), GLOBAL T* dv ARG(1),
         }
         int i_start = causal ? kj[0] : 0;
         for (int i0 = i_start; i0 < Tn; i0 += FC_BK) {
-            int idx[FC_BK];
-            UNROLL for (int c = 0; c < FC_BK; c++) {
-                idx[c] = i0 + c < Tn ? i0 + c : Tn - 1;
-            }
+            FC_TILE_ROWS(idx, i0, Tn);
             T s[FC_R][FC_BK];
             T dp[FC_R][FC_BK];
             FC_DOTS_R(s, kb, ld, kj, qb, ld, idx, D);

@@ -68,4 +68,15 @@ INLINE FaBlock fa_block(GLOBAL const int* P, int blk, int nb, int rows) {
     return b;
 }
 
+/* The scalar parameters every flash kernel starts from, as locals: BH, Tn, D, causal (from
+ * the kernel's P) and scale (from its F). D is the caller's expression of P[2]: the tiled
+ * kernels take it as it is, the CPU ones clamp it so their private row arrays stay in
+ * bounds for the compiler. A macro, not a struct, so each stays a plain local. */
+#define FA_SCALARS(P, F, D_OF_P) \
+    int BH = (P)[0];             \
+    int Tn = (P)[1];             \
+    int D = D_OF_P;              \
+    int causal = (P)[3];         \
+    T scale = (F)[0]
+
 #endif /* RIFTCO_FLASH_ROWS_H */

@@ -9,8 +9,11 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import pytest
+import riftco
 from riftco.backend import FUSED_OPS, PRIMITIVE_OPS
 from riftco.backends.cpu.backend import CPUBackend
+from riftco.errors import RiftcoError
 from riftco.hookspecs import hookimpl
 from riftco.tensor import Tensor
 
@@ -72,6 +75,34 @@ def assert_close(
             f"max rel err {rel[finite].max():.3e}; worst at index {worst}: "
             f"actual {a64[worst]!r}, expected {e64[worst]!r}"
         )
+
+
+def native_backend_module() -> Any:
+    """``riftco.backends.native.backend``, skipping the calling test module where the native
+    backend cannot load (no cffi, no C compiler): the native tests' first lines, once."""
+    native_mod = pytest.importorskip("riftco.backends.native.backend")
+    ok, why = native_mod.NativeBackend.is_available()
+    if not ok:
+        pytest.skip(f"native backend unavailable: {why}", allow_module_level=True)
+    return native_mod
+
+
+def device_or_skip(name: str) -> riftco.Device:
+    """The device ``name``, or skip the test saying why it is unavailable."""
+    try:
+        return riftco.device(name)
+    except RiftcoError as err:
+        pytest.skip(f"{name} backend unavailable: {err}")
+
+
+def cpu_native_opencl() -> list[str]:
+    """``cpu`` and ``native``, and ``opencl`` where a device is there: the backends the
+    optimizer tests run in float32 (parametrize lists are built at collection)."""
+    names = ["cpu", "native"]
+    entry = riftco.get_registry().entries.get("opencl")
+    if entry is not None and entry.available and entry.devices():
+        names.append("opencl")
+    return names
 
 
 def plugin_for(*classes: type) -> Any:

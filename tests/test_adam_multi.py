@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 import riftco
+from helpers import cpu_native_opencl
 from riftco import ops
 from riftco.autograd import Variable
 from riftco.errors import DeviceMismatchError, DTypeError, ShapeError
@@ -37,15 +38,7 @@ def _arrays(seed: int = 0) -> list[list[np.ndarray]]:
     return [[rng.standard_normal(s) for s in SHAPES] for _ in range(2)]
 
 
-def _backends() -> list[str]:
-    names = ["cpu", "native"]
-    entry = riftco.get_registry().entries.get("opencl")
-    if entry is not None and entry.available and entry.devices():
-        names.append("opencl")
-    return names
-
-
-@pytest.mark.parametrize("backend", _backends())
+@pytest.mark.parametrize("backend", cpu_native_opencl())
 @pytest.mark.parametrize("clip", [None, 0.5, 1e6])
 def test_three_steps_match_float64_math(backend: str, clip: float | None) -> None:
     dtype = np.float64 if backend != "opencl" else np.float32

@@ -14,13 +14,10 @@ import math
 import numpy as np
 import pytest
 import riftco
-from helpers import assert_close
+from helpers import assert_close, native_backend_module
 from riftco import ops as F
 
-native_mod = pytest.importorskip("riftco.backends.native.backend")
-_ok, _why = native_mod.NativeBackend.is_available()
-if not _ok:
-    pytest.skip(f"native backend unavailable: {_why}", allow_module_level=True)
+native_mod = native_backend_module()
 
 NAT = riftco.device("native")
 CPU = riftco.device("cpu")

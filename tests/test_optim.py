@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import riftco
+from helpers import cpu_native_opencl
 from riftco.autograd import Variable
 from riftco.errors import DTypeError, StaleGraphError
 from riftco.optim import SGD, AdamW, clip_grad_norm
@@ -128,15 +129,7 @@ def test_params_must_require_grad():
         SGD([Variable(riftco.ones(2))], lr=0.1)
 
 
-def _float32_devices():
-    names = ["cpu", "native"]
-    entry = riftco.get_registry().entries.get("opencl")
-    if entry is not None and entry.available and entry.devices():
-        names.append("opencl")
-    return names
-
-
-@pytest.mark.parametrize("device", _float32_devices())
+@pytest.mark.parametrize("device", cpu_native_opencl())
 def test_clip_grad_norm_odd_gradients_float32(device):
     """The concatenated path: a 0-d gradient, an empty one, a transposed (non-contiguous)
     one and ordinary matrices, in float32, against the float64 norm of the same values."""

@@ -9,10 +9,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import riftco
-from helpers import assert_close
+from helpers import assert_close, device_or_skip
 from riftco import autograd as ag
 from riftco.autograd import Variable
-from riftco.errors import DomainError, RiftcoError
+from riftco.errors import DomainError
 from riftco.symbolic import (
     Builder,
     Program,
@@ -106,17 +106,10 @@ def test_checks_off_still_checks_targets():
         ag.set_domain_checks(prev)
 
 
-def _device(name: str) -> riftco.Device:
-    try:
-        return riftco.device(name)
-    except RiftcoError as err:
-        pytest.skip(f"{name} backend unavailable: {err}")
-
-
 @pytest.mark.parametrize("name", ["opencl", "metal"])
 def test_device_targets_are_checked_without_a_download(monkeypatch, name):
     """On a device buffer loss_and_grad downloads nothing; the flag is read at the flush."""
-    dev = _device(name)
+    dev = device_or_skip(name)
     backend = dev.backend
     downloads = []
     real = backend.to_numpy
@@ -179,7 +172,7 @@ def test_ignored_row_contributes_exactly_zero_even_if_not_finite():
 
 @pytest.mark.parametrize("name", ["opencl", "metal"])
 def test_minus_inf_logit_on_a_device_backend(name):
-    dev = _device(name)
+    dev = device_or_skip(name)
     z = np.random.default_rng(7).standard_normal((2, V)).astype(np.float32)
     z[0, 3] = -np.inf
     ids = np.array([1, 3])

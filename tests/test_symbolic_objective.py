@@ -7,8 +7,8 @@ import importlib
 import numpy as np
 import pytest
 import riftco
-from helpers import assert_close
-from riftco.errors import RiftcoError, ShapeError
+from helpers import assert_close, device_or_skip
+from riftco.errors import ShapeError
 from riftco.symbolic import (
     Builder,
     Program,
@@ -105,16 +105,9 @@ def test_loss_and_grad_shape_errors() -> None:
 
 
 # -- other backends -------------------------------------------------------------------------------
-def _device(name: str) -> riftco.Device:
-    try:
-        return riftco.device(name)
-    except RiftcoError as err:
-        pytest.skip(f"{name} backend unavailable: {err}")
-
-
 @pytest.mark.parametrize("name", ["opencl", "metal"])
 def test_evaluation_on_gpu_backend(rng: np.random.Generator, name: str) -> None:
-    dev = _device(name)
+    dev = device_or_skip(name)
     g = Builder()
     y, y_hat = g.variable(100, "y"), g.variable(100, "y_hat")
     diff = g.sub(y, y_hat)

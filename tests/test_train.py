@@ -15,8 +15,9 @@ pytest.importorskip("riftco.optim", reason="optimizers not built yet")
 from riftco.nn import GPT, GPTConfig  # noqa: E402
 from riftco.train.cli import sample_main, train_main  # noqa: E402
 from riftco.train.data import CharDataset, load_text  # noqa: E402
-from riftco.train.loop import TrainConfig, Trainer  # noqa: E402
+from riftco.train.loop import Trainer  # noqa: E402
 from riftco.train.sample import generate, sample_next  # noqa: E402
+from train_helpers import tiny_trainer  # noqa: E402
 
 TINY = dict(layers=1, heads=2, width=32)
 
@@ -32,11 +33,8 @@ def corpus(tmp_path_factory):
 
 
 def _trainer(corpus, out=None, steps=50, head=None, **cfg):
-    mcfg = GPTConfig(vocab=corpus.tokenizer.vocab_size, context=16, **TINY)
-    tcfg = TrainConfig(steps=steps, batch_size=8, lr=1e-2, warmup=5, eval_every=4, eval_iters=2)
-    for k, v in cfg.items():
-        setattr(tcfg, k, v)
-    return Trainer(GPT(mcfg, device="cpu", seed=0), corpus, tcfg, out, corpus.path, head)
+    train = dict(steps=steps, batch_size=8, lr=1e-2, warmup=5, eval_every=4, eval_iters=2)
+    return tiny_trainer(corpus, out, head, dict(context=16, **TINY), **{**train, **cfg})
 
 
 def test_loss_decreases(corpus):

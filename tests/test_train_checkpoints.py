@@ -13,32 +13,24 @@ import json
 
 import numpy as np
 import pytest
-from riftco.nn import GPT, GPTConfig
 from riftco.train import checkpoint as ckpt_mod
 from riftco.train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from riftco.train.cli import sample_main
-from riftco.train.data import CharDataset, load_text
-from riftco.train.loop import TrainConfig, Trainer
+from riftco.train.loop import Trainer
 from riftco.train.restore import model_and_tokenizer
+from train_helpers import head_corpus, tiny_trainer
 
 TINY = dict(layers=1, heads=2, width=16)
 
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
-    path = tmp_path_factory.mktemp("data") / "head.txt"
-    path.write_text(load_text(None)[0][:20_000], encoding="utf-8")
-    data = CharDataset.from_text(path.read_text(encoding="utf-8"), 8, str(path))
-    data.path = str(path)
-    return data
+    return head_corpus(tmp_path_factory)
 
 
 def _trainer(corpus, out, steps=4, **cfg):
-    mcfg = GPTConfig(vocab=corpus.tokenizer.vocab_size, context=8, **TINY)
-    tcfg = TrainConfig(steps=steps, batch_size=4, lr=1e-2, warmup=1, eval_every=2, eval_iters=1)
-    for k, v in cfg.items():
-        setattr(tcfg, k, v)
-    return Trainer(GPT(mcfg, device="cpu", seed=0), corpus, tcfg, out, corpus.path)
+    train = dict(steps=steps, batch_size=4, lr=1e-2, warmup=1, eval_every=2, eval_iters=1)
+    return tiny_trainer(corpus, out, None, dict(context=8, **TINY), **{**train, **cfg})
 
 
 @pytest.fixture

@@ -32,14 +32,13 @@ from typing import Any
 import numpy as np
 from riftco.errors import BackendUnavailableError, KernelCompileError
 from riftco.kernel_host.build_log import BuildLog
-from riftco.kernel_host.runtime import KernelsByName, RuntimeCapabilities
+from riftco.kernel_host.runtime import KernelsByName, RuntimeCapabilities, checked_group_size
 
 from . import compiler
 from .driver import CudaDriverError, DeviceProps, check, load, probe
 
 #: The largest block a kernel may see: threadgroup arrays are sized for 1024 threads.
 MAX_GROUP = 1024
-DEFAULT_GROUP = 256
 GROUP_ENV = "RIFTCO_CUDA_GROUP_SIZE"
 WIDE_ENV = "RIFTCO_CUDA_WIDE_MIN_TILES"
 #: Most buffers one kernel binds (the widest signature in shaders/ has 9).
@@ -53,22 +52,7 @@ _STAGE_ALIGN = 256
 def group_size_for(props: DeviceProps, requested: int | None = None) -> int:
     """The launch group size: ``requested`` or RIFTCO_CUDA_GROUP_SIZE or 256, checked."""
     limit = min(props.max_threads_per_block, MAX_GROUP)
-    value = requested
-    if value is None and os.environ.get(GROUP_ENV):
-        try:
-            value = int(os.environ[GROUP_ENV])
-        except ValueError:
-            raise BackendUnavailableError(
-                f"[cuda] {GROUP_ENV}={os.environ[GROUP_ENV]!r} is not an integer"
-            ) from None
-    if value is None:
-        return min(DEFAULT_GROUP, limit) // 32 * 32
-    if value <= 0 or value % 32 or value > limit:
-        raise BackendUnavailableError(
-            f"[cuda] group size {value} must be a positive multiple of 32 and at most "
-            f"{limit} on {props.name}"
-        )
-    return value
+    return checked_group_size("cuda", GROUP_ENV, limit, props.name, requested)
 
 
 class CudaBuffer:

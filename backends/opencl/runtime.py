@@ -23,7 +23,7 @@ import numpy as np
 from riftco.errors import BackendUnavailableError, KernelCompileError
 from riftco.kernel_host.build_log import BuildLog, capture_compiler_output
 from riftco.kernel_host.cache import KernelCache, cache_enabled
-from riftco.kernel_host.runtime import KernelsByName, RuntimeCapabilities
+from riftco.kernel_host.runtime import KernelsByName, RuntimeCapabilities, checked_group_size
 
 from .pocl import cpu_rank, pocl_version
 
@@ -37,7 +37,6 @@ else:
 
 #: The largest group a kernel may see: reduction arrays are sized for 1024 threads.
 MAX_GROUP = 1024
-DEFAULT_GROUP = 256
 GROUP_ENV = "RIFTCO_OPENCL_GROUP_SIZE"
 FAST_MATH_ENV = "RIFTCO_FAST_MATH"
 #: Metal compiles with fast math unless told otherwise; these make an OpenCL compiler
@@ -148,22 +147,7 @@ def fast_math_from_env(default: bool = False) -> bool:
 def group_size_for(device: Any, requested: int | None = None) -> int:
     """The launch group size: ``requested`` or RIFTCO_OPENCL_GROUP_SIZE or 256, checked."""
     limit = min(int(device.max_work_group_size), MAX_GROUP)
-    value = requested
-    if value is None and os.environ.get(GROUP_ENV):
-        try:
-            value = int(os.environ[GROUP_ENV])
-        except ValueError:
-            raise BackendUnavailableError(
-                f"[opencl] {GROUP_ENV}={os.environ[GROUP_ENV]!r} is not an integer"
-            ) from None
-    if value is None:
-        return max(32, min(DEFAULT_GROUP, limit) // 32 * 32)
-    if value <= 0 or value % 32 or value > limit:
-        raise BackendUnavailableError(
-            f"[opencl] group size {value} must be a positive multiple of 32 and at most "
-            f"{limit} on {device.name.strip()}"
-        )
-    return value
+    return checked_group_size("opencl", GROUP_ENV, limit, device.name.strip(), requested, 32)
 
 
 _shared_lock = threading.Lock()

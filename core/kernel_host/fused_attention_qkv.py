@@ -13,8 +13,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..ops.fused.attention_qkv import heads_view
+from .fused_attention import score_grads, softmax_scores
 from .fused_flash_attention import flash_backward, flash_check, flash_forward
-from .fused_plan import row_plan
 from .host import KernelMixin
 from .shader_defines import qkv_rows
 
@@ -43,12 +43,7 @@ class AttentionQkvKernels(KernelMixin):
         if b * t == 0:
             return out, probs
         self.product(probs, q, k, False, True)  # q k^T, scaled and masked in place below
-        rows = b * heads * t
-        threads, team = row_plan(rows, t)
-        self.launch(
-            "attention", "attention_softmax", qkv.dtype, threads,
-            probs, ints=(rows, t, team, int(causal)), floats=(scale,),
-        )  # fmt: skip
+        softmax_scores(self, probs, causal, scale)
         self.product(heads_view(out, heads), probs, v, False, False)
         return out, probs
 
@@ -81,12 +76,7 @@ class AttentionQkvKernels(KernelMixin):
         self.product(dv, stat, do, True, False)  # P^T dO
         ds = self.empty((b, heads, t, t), dt)
         self.product(ds, do, v, False, True)  # dP = dO V^T, turned into scale * dS in place
-        rows = b * heads * t
-        threads, team = row_plan(rows, t)
-        self.launch(
-            "attention", "attention_backward_ds", dt, threads,
-            ds, stat, ints=(rows, t, team), floats=(scale,),
-        )  # fmt: skip
+        score_grads(self, ds, stat, scale)
         self.product(dq, ds, k, False, False)
         self.product(dk, ds, q, True, False)
         return dqkv

@@ -15,21 +15,19 @@ class SoftmaxKernels(KernelMixin):
     """Softmax over the last axis and its backward: one row-wise launch each."""
 
     def softmax(self, x: Tensor) -> Tensor:
-        y = self.empty(x.shape, x.dtype)
-        cols = x.shape[-1]
-        rows = x.size // cols if cols else 0
-        if x.size:
-            threads, width = row_plan(rows, cols)
-            ints = (rows, cols, width)
-            self.launch("softmax", "softmax_forward", x.dtype, threads, y, x, ints=ints)
-        return y
+        return self._softmax_rows("softmax_forward", x, x)
 
     def softmax_backward(self, dy: Tensor, y: Tensor) -> Tensor:
-        dx = self.empty(y.shape, y.dtype)
-        cols = y.shape[-1]
-        rows = y.size // cols if cols else 0
-        if y.size:
+        return self._softmax_rows("softmax_backward", y, dy, y)
+
+    def _softmax_rows(self, kernel: str, like: Tensor, *inputs: Tensor) -> Tensor:
+        """A new tensor shaped like ``like``, written by one launch of ``kernel`` over its
+        rows (the last axis) from ``inputs``: forward and backward share the row plan."""
+        out = self.empty(like.shape, like.dtype)
+        cols = like.shape[-1]
+        rows = like.size // cols if cols else 0
+        if like.size:
             threads, width = row_plan(rows, cols)
             ints = (rows, cols, width)
-            self.launch("softmax", "softmax_backward", y.dtype, threads, dx, dy, y, ints=ints)
-        return dx
+            self.launch("softmax", kernel, like.dtype, threads, out, *inputs, ints=ints)
+        return out

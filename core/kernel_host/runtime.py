@@ -10,13 +10,18 @@ allocator hand a freed buffer to the next op without waiting.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
+from ..errors import BackendUnavailableError
 from .build_log import BuildLog
+
+#: The launch group size a CUDA or OpenCL runtime takes when none is asked for.
+DEFAULT_GROUP_SIZE = 256
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -66,6 +71,33 @@ class Program(Protocol):
 
 
 K = TypeVar("K")
+
+
+def checked_group_size(
+    api: str, env: str, limit: int, device: str, requested: int | None, floor: int = 0
+) -> int:
+    """The launch group size of a CUDA or OpenCL runtime, by one rule for both.
+
+    ``requested``, else the integer in environment variable ``env``, must be a positive
+    multiple of 32 and at most ``limit`` (``BackendUnavailableError`` naming ``api`` and
+    ``device`` otherwise); with neither, 256 rounded down to a multiple of 32 within
+    ``limit``, and at least ``floor`` (OpenCL keeps 32 where a device reports less)."""
+    value = requested
+    if value is None and os.environ.get(env):
+        try:
+            value = int(os.environ[env])
+        except ValueError:
+            raise BackendUnavailableError(
+                f"[{api}] {env}={os.environ[env]!r} is not an integer"
+            ) from None
+    if value is None:
+        return max(floor, min(DEFAULT_GROUP_SIZE, limit) // 32 * 32)
+    if value <= 0 or value % 32 or value > limit:
+        raise BackendUnavailableError(
+            f"[{api}] group size {value} must be a positive multiple of 32 and at most "
+            f"{limit} on {device}"
+        )
+    return value
 
 
 class KernelsByName(Generic[K]):

@@ -6,6 +6,7 @@ views; the host scores and inputs the attention_qkv samples reuse."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -88,25 +89,41 @@ def score_max(q: np.ndarray, k: np.ndarray) -> float:
     return float(np.abs(q @ np.swapaxes(k, -1, -2)).max() / np.sqrt(q.shape[-1]))
 
 
-def _samples(backward: bool) -> Samples:
+#: Builds a backward example from its params (score bound recorded), the context, the host
+#: (q, k, v, dO), q, k, v as arguments in the example's layout, and the scale.
+BackwardExample = Callable[[Params, Ctx, tuple[np.ndarray, ...], list[Arr], float], Example]
+
+
+def attention_samples(backward: BackwardExample | None = None) -> Samples:
+    """attention's edges, draws and bench for an op called ``(q, k, v, scale, causal=)``
+    (attention, flash_attention), or with ``backward`` for its backward: both build the same
+    inputs, so the forward and backward of both ops see the same examples."""
+
     def build(p: Params, ctx: Ctx) -> Example:
         q, k, v, do = qkv(p)
         p = {**p, "score_max": score_max(q, k)}
         scale = 1.0 / math.sqrt(p["d"])
         lay = p["layout"]
         args = [Arr(q, layout=lay), Arr(k, layout=lay), Arr(v, layout=lay)]
-        if not backward:
+        if backward is None:
             return Example(label(p), [*args, scale], {"causal": p["causal"]}, params=p)
-        qr, kr = (a.astype(ctx.dtype).astype(np.float64) for a in (q, k))
-        probs = np_softmax(np_scores(qr, kr, scale, p["causal"]))
-        return Example(label(p), [Arr(do, layout=lay), *args, Arr(probs), scale], params=p)
+        return backward(p, ctx, (q, k, v, do), args, scale)
 
     return Samples(build, EDGES, draw, bench=BENCH)
 
 
+def _backward(
+    p: Params, ctx: Ctx, host: tuple[np.ndarray, ...], args: list[Arr], scale: float
+) -> Example:
+    q, k, _, do = host
+    qr, kr = (a.astype(ctx.dtype).astype(np.float64) for a in (q, k))
+    probs = np_softmax(np_scores(qr, kr, scale, p["causal"]))
+    return Example(label(p), [Arr(do, layout=p["layout"]), *args, Arr(probs), scale], params=p)
+
+
 SAMPLES = {
     "attention": SampleSet(
-        samples=_samples(False),
+        samples=attention_samples(),
         errors=(
             error("attention_qkv_shapes", "attention",
                   lambda t: attention(t.f(1, 1, 4, 2), t.f(1, 1, 5, 2), t.f(1, 1, 4, 2), 1.0)),
@@ -119,7 +136,7 @@ SAMPLES = {
         ),
     ),
     "attention_backward": SampleSet(
-        samples=_samples(True),
+        samples=attention_samples(_backward),
         errors=(error("attention_backward_probs_shape", "attention_backward",
                       lambda t: attention_backward(*(t.f(1, 1, 3, 2),) * 4, t.f(1, 1, 3, 2),
                                                    1.0)),),

@@ -86,11 +86,21 @@ def _bad_targets(t: Any, value: int) -> Any:
     return t.index_values([1, value, -1])
 
 
-def _domain(op: str, run: Any) -> tuple[ErrorSample, ...]:
+def bad_index_samples(
+    op: str, what: str, run: Any, negative: tuple[str, int]
+) -> tuple[ErrorSample, ...]:
+    """Domain samples of an op reading rows by index out of V = 5 (cross_entropy's targets,
+    embedding's ids): ``run(t, value=v)`` calls it with one bad index ``v``: V itself, the
+    op's ``negative`` (name, value) and 2**31 - 1, named ``{op}_{what}_{name}``."""
+    bad = (("equal_to_V", 5), negative, ("huge", 2**31 - 1))
     return tuple(
-        error(f"{op}_target_{name}", op, functools.partial(run, value=v), "index")
-        for name, v in (("equal_to_V", 5), ("minus_2", -2), ("huge", 2**31 - 1))
+        error(f"{op}_{what}_{name}", op, functools.partial(run, value=v), "index")
+        for name, v in bad
     )
+
+
+def _domain(op: str, run: Any) -> tuple[ErrorSample, ...]:
+    return bad_index_samples(op, "target", run, ("minus_2", -2))
 
 
 SAMPLES = {

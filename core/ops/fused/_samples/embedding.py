@@ -3,7 +3,6 @@ large vocabularies, C = 0, no ids; ids outside [0, V) as domain samples."""
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import numpy as np
@@ -25,6 +24,7 @@ from ...samples import (
     rng_of,
 )
 from ..embedding import embedding, embedding_backward
+from .cross_entropy import bad_index_samples
 
 
 def _ids(rng: np.random.Generator, p: Params, shape: tuple[int, ...], v: int) -> np.ndarray:
@@ -77,10 +77,7 @@ def _bad_ids(t: Any, value: int) -> Any:
 
 
 def _domain(op: str, run: Any) -> tuple[ErrorSample, ...]:
-    return tuple(
-        error(f"{op}_id_{name}", op, functools.partial(run, value=v), "index")
-        for name, v in (("equal_to_V", 5), ("negative", -1), ("huge", 2**31 - 1))
-    )
+    return bad_index_samples(op, "id", run, ("negative", -1))
 
 
 SAMPLES = {

@@ -4,8 +4,6 @@ output and log-sum-exp its backward samples need."""
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from ...samples import (
@@ -13,38 +11,32 @@ from ...samples import (
     Ctx,
     Example,
     Params,
-    Samples,
     SampleSet,
     error,
     label,
 )
 from ..flash_attention import flash_attention, flash_attention_backward
-from .attention import BENCH, EDGES, draw, np_scores, qkv, score_max
+from .attention import attention_samples, np_scores
 from .cross_entropy import np_lse
 from .softmax import np_softmax
 
 
-def _samples(backward: bool) -> Samples:
-    def build(p: Params, ctx: Ctx) -> Example:
-        q, k, v, do = qkv(p)
-        p = {**p, "score_max": score_max(q, k)}
-        scale = 1.0 / math.sqrt(p["d"])
-        lay = p["layout"]
-        args = [Arr(q, layout=lay), Arr(k, layout=lay), Arr(v, layout=lay)]
-        if not backward:
-            return Example(label(p), [*args, scale], {"causal": p["causal"]}, params=p)
-        qr, kr, vr = (a.astype(ctx.dtype).astype(np.float64) for a in (q, k, v))
-        s = np_scores(qr, kr, scale, p["causal"])
-        out, lse = np_softmax(s) @ vr, np_lse(s)
-        grads = [Arr(do, layout=lay), *args, Arr(out), Arr(lse), scale]
-        return Example(label(p), grads, {"causal": p["causal"]}, params=p)
-
-    return Samples(build, EDGES, draw, bench=BENCH)
+def _backward(
+    p: Params, ctx: Ctx, host: tuple[np.ndarray, ...], args: list[Arr], scale: float
+) -> Example:
+    """The backward also takes the forward's out and lse: host values from the inputs as
+    the backend sees them (rounded to the dtype), so only the backward is under test."""
+    q, k, v, do = host
+    qr, kr, vr = (a.astype(ctx.dtype).astype(np.float64) for a in (q, k, v))
+    s = np_scores(qr, kr, scale, p["causal"])
+    out, lse = np_softmax(s) @ vr, np_lse(s)
+    grads = [Arr(do, layout=p["layout"]), *args, Arr(out), Arr(lse), scale]
+    return Example(label(p), grads, {"causal": p["causal"]}, params=p)
 
 
 SAMPLES = {
     "flash_attention": SampleSet(
-        samples=_samples(False),
+        samples=attention_samples(),
         errors=(
             error("flash_attention_qkv_shapes", "flash_attention",
                   lambda t: flash_attention(t.f(1, 1, 4, 2), t.f(1, 1, 4, 3), t.f(1, 1, 4, 2),
@@ -55,7 +47,7 @@ SAMPLES = {
         ),
     ),
     "flash_attention_backward": SampleSet(
-        samples=_samples(True),
+        samples=attention_samples(_backward),
         errors=(error("flash_backward_lse_shape", "flash_attention_backward",
                       lambda t: flash_attention_backward(*(t.f(1, 1, 3, 2),) * 5, t.f(1, 3),
                                                          1.0)),),

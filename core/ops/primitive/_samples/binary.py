@@ -28,28 +28,13 @@ from ...samples import (
     with_specials,
 )
 from .. import binary
+from .unary import elementwise_edges
 
-EDGES = edges(
-    {"label": "size-1 axes", "shape": (1, 1, 1)},
-    {"label": "odd sizes", "shape": (3, 67)},
-    {"label": "long row", "shape": (2, 4097)},
-    {"label": "0-d", "shape": ()},
-    {"label": "empty", "shape": (0, 5)},
-    {"label": "transposed", "shape": (5, 33), "layout": "transposed"},
-    {"label": "permuted", "shape": (2, 3, 5), "layout": "permuted"},
-    {"label": "broadcast", "shape": (4, 9), "layout": "broadcast"},
-    {
-        "label": "vector: stride 0 over a buffer as large as the view",
-        "shape": (9,),
-        "layout": "dense",
-        "layout_b": "broadcast",
-    },
-    {"label": "sliced", "shape": (3, 17), "layout": "sliced"},
-    {"label": "offset x[1:]", "shape": (6, 7), "layout": "offset"},
-    {"label": "rows x[:, :k]", "shape": (5, 9), "layout": "rows"},
+EDGES = elementwise_edges(
+    (0, 5),
+    {"layout": "dense", "layout_b": "broadcast"},
     {"label": "mixed layouts", "shape": (6, 5), "layout": "transposed", "layout_b": "broadcast"},
     {"label": "mixed layouts 2", "shape": (4, 6), "layout": "offset", "layout_b": "sliced"},
-    {"label": "NaN and +-inf", "shape": (4, 33), "special": True},
 )
 
 GENERATORS: dict[str, Any] = {

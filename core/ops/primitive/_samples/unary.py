@@ -25,26 +25,30 @@ from ...samples import (
 )
 from .. import unary
 
-#: Shapes every elementwise op meets: size-1 axes, odd sizes, a long row, empty, 0-d, each layout.
-EDGES = edges(
-    {"label": "size-1 axes", "shape": (1, 1, 1)},
-    {"label": "odd sizes", "shape": (3, 67)},
-    {"label": "long row", "shape": (2, 4097)},
-    {"label": "0-d", "shape": ()},
-    {"label": "empty", "shape": (4, 0)},
-    {"label": "transposed", "shape": (5, 33), "layout": "transposed"},
-    {"label": "permuted", "shape": (2, 3, 5), "layout": "permuted"},
-    {"label": "broadcast", "shape": (4, 9), "layout": "broadcast"},
-    {
-        "label": "vector: stride 0 over a buffer as large as the view",
-        "shape": (9,),
-        "layout": "broadcast",
-    },
-    {"label": "sliced", "shape": (3, 17), "layout": "sliced"},
-    {"label": "offset x[1:]", "shape": (6, 7), "layout": "offset"},
-    {"label": "rows x[:, :k]", "shape": (5, 9), "layout": "rows"},
-    {"label": "NaN and +-inf", "shape": (4, 33), "special": True},
-)
+
+def elementwise_edges(empty: tuple[int, ...], vector: Params, *extra: Params) -> tuple[Params, ...]:
+    """Shapes every elementwise op meets (unary and binary): size-1 axes, odd sizes, a long
+    row, 0-d, the op's ``empty`` shape, each layout, a stride-0 vector as large as its
+    buffer (the op's ``vector`` layouts), the op's ``extra`` edges, then NaN and +-inf."""
+    return edges(
+        {"label": "size-1 axes", "shape": (1, 1, 1)},
+        {"label": "odd sizes", "shape": (3, 67)},
+        {"label": "long row", "shape": (2, 4097)},
+        {"label": "0-d", "shape": ()},
+        {"label": "empty", "shape": empty},
+        {"label": "transposed", "shape": (5, 33), "layout": "transposed"},
+        {"label": "permuted", "shape": (2, 3, 5), "layout": "permuted"},
+        {"label": "broadcast", "shape": (4, 9), "layout": "broadcast"},
+        {"label": "vector: stride 0 over a buffer as large as the view", "shape": (9,), **vector},
+        {"label": "sliced", "shape": (3, 17), "layout": "sliced"},
+        {"label": "offset x[1:]", "shape": (6, 7), "layout": "offset"},
+        {"label": "rows x[:, :k]", "shape": (5, 9), "layout": "rows"},
+        *extra,
+        {"label": "NaN and +-inf", "shape": (4, 33), "special": True},
+    )
+
+
+EDGES = elementwise_edges((4, 0), {"layout": "broadcast"})
 
 DOMAINS: dict[str, Any] = {
     "neg": lambda r, s: normal(r, s, 3.0),
