@@ -1,6 +1,6 @@
 """The conformance suite's own test: every deliberately broken backend fails, at its op.
 
-For each mutant (``conformance_mutants.py``: 54 plausible bugs over every op family) the
+For each mutant (``conformance_mutants.py``: 56 plausible bugs over every op family) the
 suite runs on that op's cases and must report a failure or error there, with the op in the
 case id or the message. A few whole-suite runs then check that no *other* op is blamed
 (composites built on a broken primitive may fail too: they really are wrong there), and
