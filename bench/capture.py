@@ -70,7 +70,8 @@ class Meter:
 
     def _wrap(self, name: str, method: Callable[..., Any]) -> Callable[..., Any]:
         def timed(*args: Any) -> Any:
-            if self.depth:
+            if self.depth:  # inside a call (or a replay, which times its own): a host
+                self.waits += name in WAITS  # wait still counts, its time is the outer's
                 return method(*args)
             self.depth += 1
             t0 = time.perf_counter()
@@ -83,6 +84,22 @@ class Meter:
                 self.waits += name in WAITS
 
         return timed
+
+
+def hide_replay(run: Any, meter: Meter) -> None:
+    """A replay times its own calls (``run.timing``); a kernel backend's method calling
+    another through ``self`` must not reach the meter as well (counted twice)."""
+    for plan in run.plans:
+        original = vars(plan).setdefault("_unhidden_replay", plan.replay)
+
+        def replay(*args: Any, _original: Callable[..., Any] = original) -> Any:
+            meter.depth += 1
+            try:
+                return _original(*args)
+            finally:
+                meter.depth -= 1
+
+        plan.replay = replay
 
 
 def make_step(backend: str, config: str, captured: bool) -> tuple[Callable[..., float], Any]:
@@ -132,6 +149,7 @@ def measure(backend: str, config: str, steps: int, block: int) -> dict[str, Any]
             with Meter(be) as m:  # eager calls reach the shadows; a replay times itself
                 if name == "captured":
                     run.timing = []
+                    hide_replay(run, m)
                 t0 = time.perf_counter()
                 losses[name].append(one())
                 total = time.perf_counter() - t0
