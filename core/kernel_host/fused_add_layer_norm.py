@@ -9,11 +9,10 @@ then LayerNorm's own two-stage column sums for dgamma and dbeta.
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING
 
-from .fused_layer_norm import launch_param_sums
-from .fused_plan import prod, row_plan
+from .fused_layer_norm import backward_outputs, forward_outputs, launch_param_sums
+from .fused_plan import row_plan
 from .host import KernelMixin
 
 if TYPE_CHECKING:
@@ -26,16 +25,8 @@ class AddLayerNormKernels(KernelMixin):
     def add_layer_norm(
         self, x: Tensor, r: Tensor, gamma: Tensor, beta: Tensor, eps: float
     ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        c = x.shape[-1]
-        lead = tuple(x.shape[:-1])
-        rows = prod(lead)
         s = self.empty(x.shape, x.dtype)
-        y = self.empty(x.shape, x.dtype)
-        mean = self.empty(lead, x.dtype)
-        rstd = self.empty(lead, x.dtype)
-        if rows and not c:  # core rejects C = 0; called directly, the statistics are NaN
-            self.fill(mean, math.nan)
-            self.fill(rstd, math.nan)
+        y, mean, rstd, rows, c = forward_outputs(self, x)
         if x.size:
             threads, width = row_plan(rows, c)
             self.launch(
@@ -47,21 +38,12 @@ class AddLayerNormKernels(KernelMixin):
     def add_layer_norm_backward(
         self, dy: Tensor, ds: Tensor, s: Tensor, gamma: Tensor, mean: Tensor, rstd: Tensor
     ) -> tuple[Tensor, Tensor, Tensor]:
-        c = s.shape[-1]
-        rows = prod(s.shape[:-1])
-        dt = s.dtype
-        dsum = self.empty(s.shape, dt)
-        dgamma = self.empty((c,), dt)
-        dbeta = self.empty((c,), dt)
-        if c == 0:
-            return dsum, dgamma, dbeta
-        if rows == 0:
-            self.fill(dgamma, 0.0)
-            self.fill(dbeta, 0.0)
+        dsum, dgamma, dbeta, rows, c = backward_outputs(self, s)
+        if not (rows and c):
             return dsum, dgamma, dbeta
         threads, width = row_plan(rows, c)
         self.launch(
-            "layernorm", "add_layer_norm_backward_dx", dt, threads,
+            "layernorm", "add_layer_norm_backward_dx", s.dtype, threads,
             dsum, dy, ds, s, gamma, mean, rstd, ints=(rows, c, width),
         )  # fmt: skip
         launch_param_sums(self, dgamma, dbeta, dy, s, mean, rstd)

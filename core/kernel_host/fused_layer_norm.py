@@ -23,15 +23,7 @@ class LayerNormKernels(KernelMixin):
     def layer_norm(
         self, x: Tensor, gamma: Tensor, beta: Tensor, eps: float
     ) -> tuple[Tensor, Tensor, Tensor]:
-        c = x.shape[-1]
-        lead = tuple(x.shape[:-1])
-        rows = prod(lead)
-        y = self.empty(x.shape, x.dtype)
-        mean = self.empty(lead, x.dtype)
-        rstd = self.empty(lead, x.dtype)
-        if rows and not c:  # core rejects C = 0; called directly, the statistics are NaN
-            self.fill(mean, math.nan)
-            self.fill(rstd, math.nan)
+        y, mean, rstd, rows, c = forward_outputs(self, x)
         if x.size:
             threads, width = row_plan(rows, c)
             self.launch(
@@ -43,25 +35,46 @@ class LayerNormKernels(KernelMixin):
     def layer_norm_backward(
         self, dy: Tensor, x: Tensor, gamma: Tensor, mean: Tensor, rstd: Tensor
     ) -> tuple[Tensor, Tensor, Tensor]:
-        c = x.shape[-1]
-        rows = prod(x.shape[:-1])
-        dt = x.dtype
-        dx = self.empty(x.shape, dt)
-        dgamma = self.empty((c,), dt)
-        dbeta = self.empty((c,), dt)
-        if c == 0:
-            return dx, dgamma, dbeta
-        if rows == 0:
-            self.fill(dgamma, 0.0)
-            self.fill(dbeta, 0.0)
+        dx, dgamma, dbeta, rows, c = backward_outputs(self, x)
+        if not (rows and c):
             return dx, dgamma, dbeta
         threads, width = row_plan(rows, c)
         self.launch(
-            "layernorm", "layer_norm_backward_dx", dt, threads,
+            "layernorm", "layer_norm_backward_dx", x.dtype, threads,
             dx, dy, x, gamma, mean, rstd, ints=(rows, c, width),
         )  # fmt: skip
         launch_param_sums(self, dgamma, dbeta, dy, x, mean, rstd)
         return dx, dgamma, dbeta
+
+
+def forward_outputs(host: KernelHost, x: Tensor) -> tuple[Tensor, Tensor, Tensor, int, int]:
+    """``(y, mean, rstd, rows, C)`` for a LayerNorm of ``x`` (shared with add_layer_norm):
+    a row of zero columns, which core rejects, gets NaN statistics when called directly."""
+    c = x.shape[-1]
+    lead = tuple(x.shape[:-1])
+    rows = prod(lead)
+    y = host.empty(x.shape, x.dtype)
+    mean = host.empty(lead, x.dtype)
+    rstd = host.empty(lead, x.dtype)
+    if rows and not c:
+        host.fill(mean, math.nan)
+        host.fill(rstd, math.nan)
+    return y, mean, rstd, rows, c
+
+
+def backward_outputs(host: KernelHost, x: Tensor) -> tuple[Tensor, Tensor, Tensor, int, int]:
+    """``(dx, dgamma, dbeta, rows, C)`` for a LayerNorm backward over ``x``'s shape (shared
+    with add_layer_norm): with no rows the parameter sums are already the zeros they are;
+    the caller launches only when ``rows and C``."""
+    c = x.shape[-1]
+    rows = prod(x.shape[:-1])
+    dx = host.empty(x.shape, x.dtype)
+    dgamma = host.empty((c,), x.dtype)
+    dbeta = host.empty((c,), x.dtype)
+    if c and not rows:
+        host.fill(dgamma, 0.0)
+        host.fill(dbeta, 0.0)
+    return dx, dgamma, dbeta, rows, c
 
 
 def launch_param_sums(

@@ -89,6 +89,15 @@ def min_rank(op: str, x: Tensor, least: int, what: str) -> None:
         raise ShapeError(f"[{op}] {what} needs rank >= {least}; got shape {x.shape}")
 
 
+def features(op: str, x: Tensor) -> int:
+    """The size C of ``x``'s last axis, which a per-row normalisation needs to be >= 1."""
+    min_rank(op, x, 1, "x")
+    c = x.shape[-1]
+    if c == 0:
+        raise ShapeError(f"[{op}] needs a non-empty last axis (C >= 1); got shape {x.shape}")
+    return c
+
+
 def shape_is(op: str, x: Tensor, shape: tuple[int, ...], what: str) -> None:
     if x.shape != shape:
         raise ShapeError(f"[{op}] {what} must have shape {shape}; got {x.shape}")

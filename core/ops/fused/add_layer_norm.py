@@ -59,21 +59,13 @@ class AddLayerNormMethods(Protocol):
         ...
 
 
-def _need_features(op: str, x: Tensor) -> int:
-    checks.min_rank(op, x, 1, "x")
-    c = x.shape[-1]
-    if c == 0:
-        raise ShapeError(f"[{op}] needs a non-empty last axis (C >= 1); got shape {x.shape}")
-    return c
-
-
 def add_layer_norm(
     x: Tensor, r: Tensor, gamma: Tensor, beta: Tensor, eps: float = 1e-5
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """``s = x + r`` and the LayerNorm of ``s`` in one call (metadata checked first)."""
     op = "add_layer_norm"
     backend = checks.float_operands(op, x, r, gamma, beta)
-    c = _need_features(op, x)
+    c = checks.features(op, x)
     checks.shape_is(op, r, x.shape, "r")
     checks.shape_is(op, gamma, (c,), "gamma")
     checks.shape_is(op, beta, (c,), "beta")
@@ -90,7 +82,7 @@ def add_layer_norm_backward(
     """The gradient of ``s`` (LayerNorm's ``dx`` plus the stream's ``ds``), dgamma, dbeta."""
     op = "add_layer_norm_backward"
     backend = checks.float_operands(op, dy, ds, s, gamma, mean, rstd)
-    c = _need_features(op, s)
+    c = checks.features(op, s)
     checks.shape_is(op, dy, s.shape, "dy")
     checks.shape_is(op, ds, s.shape, "ds")
     checks.shape_is(op, gamma, (c,), "gamma")

@@ -43,19 +43,11 @@ class LayerNormMethods(Protocol):
         ...
 
 
-def _need_features(op: str, x: Tensor) -> int:
-    checks.min_rank(op, x, 1, "x")
-    c = x.shape[-1]
-    if c == 0:
-        raise ShapeError(f"[{op}] needs a non-empty last axis (C >= 1); got shape {x.shape}")
-    return c
-
-
 def layer_norm(
     x: Tensor, gamma: Tensor, beta: Tensor, eps: float = 1e-5
 ) -> tuple[Tensor, Tensor, Tensor]:
     backend = checks.float_operands("layer_norm", x, gamma, beta)
-    c = _need_features("layer_norm", x)
+    c = checks.features("layer_norm", x)
     checks.shape_is("layer_norm", gamma, (c,), "gamma")
     checks.shape_is("layer_norm", beta, (c,), "beta")
     eps = checks.number("layer_norm", eps, "eps")
@@ -71,7 +63,7 @@ def layer_norm_backward(
 ) -> tuple[Tensor, Tensor, Tensor]:
     op = "layer_norm_backward"
     backend = checks.float_operands(op, dy, x, gamma, mean, rstd)
-    c = _need_features(op, x)
+    c = checks.features(op, x)
     checks.shape_is(op, dy, x.shape, "dy")
     checks.shape_is(op, gamma, (c,), "gamma")
     checks.shape_is(op, mean, x.shape[:-1], "mean")
