@@ -32,7 +32,7 @@ from riftco.nn import GPT, GPTConfig  # noqa: E402
 from riftco.optim import AdamW, clip_grad_norm, grad_norm  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import cpu_model  # noqa: E402
+from common import cpu_model, id_batches, interleaved_ab, launches  # noqa: E402
 
 CFG = GPTConfig(vocab=65, context=64, layers=4, heads=4, width=128)
 BATCH, LR, WD, CLIP = 16, 3e-3, 0.1, 1.0
@@ -83,39 +83,16 @@ class Variant:
         return value
 
 
-def launches(v: Variant, batch: tuple[np.ndarray, np.ndarray]) -> int | None:
-    if not hasattr(v.be, "reset_transfer_stats"):
-        return None
-    v.be.reset_transfer_stats()
-    v.step(*batch)
-    return int(v.be.transfer_stats()["launches"])
-
-
 def run(backend: str, steps: int, block: int) -> dict[str, Any]:
-    rng = np.random.default_rng(1234)
-    batches = []
-    for _ in range(4):
-        x = rng.integers(0, CFG.vocab, (BATCH, CFG.context)).astype(np.int32)
-        batches.append((x, np.roll(x, -1, axis=1)))
+    batches = id_batches(CFG.vocab, BATCH, CFG.context)
     a, b = Variant(backend, fused=False), Variant(backend, fused=True)
     for v in (a, b):  # compile kernels, create optimizer state
         v.step(*batches[0])
         v.step(*batches[1])
-    counts = {"before": launches(a, batches[2]), "after": launches(b, batches[2])}
-    times: dict[str, list[float]] = {"before": [], "after": []}
-    done = 0
-    while done < steps:  # interleaved blocks: A then B, B then A, ...
-        order = (
-            [("before", a), ("after", b)]
-            if (done // block) % 2 == 0
-            else [("after", b), ("before", a)]
-        )
-        for name, v in order:
-            for k in range(block):
-                t0 = time.perf_counter()
-                v.step(*batches[(done + k) % len(batches)])
-                times[name].append(time.perf_counter() - t0)
-        done += block
+    counts = {name: launches(v.be, lambda v=v: v.step(*batches[2]))
+              for name, v in (("before", a), ("after", b))}  # fmt: skip
+    times = interleaved_ab(lambda i: a.step(*batches[i % len(batches)]),
+                           lambda i: b.step(*batches[i % len(batches)]), steps, block)  # fmt: skip
     same = a.losses == b.losses
     diff = max(abs(x - y) for x, y in zip(a.losses, b.losses, strict=True))
     out: dict[str, Any] = {"backend": backend, "launches_per_step": counts,

@@ -89,3 +89,47 @@ def write_json(name: str, payload: dict[str, Any]) -> Path:
     tmp.write_text(json.dumps(payload, indent=2, default=str))
     tmp.replace(path)
     return path
+
+
+def id_batches(
+    vocab: int, batch: int, context: int, n: int = 4, seed: int = 1234
+) -> list[tuple[Any, Any]]:
+    """``n`` (ids, next ids) int32 batches: the same data for every variant of a bench."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        x = rng.integers(0, vocab, (batch, context)).astype(np.int32)
+        out.append((x, np.roll(x, -1, axis=1)))
+    return out
+
+
+def launches(backend: Any, step: Callable[[], Any]) -> int | None:
+    """Kernel launches ``step()`` makes on ``backend`` (None where it does not count them)."""
+    if not hasattr(backend, "reset_transfer_stats"):
+        return None
+    backend.reset_transfer_stats()
+    step()
+    return int(backend.transfer_stats()["launches"])
+
+
+def interleaved_ab(
+    a: Callable[[int], Any], b: Callable[[int], Any], steps: int, block: int
+) -> dict[str, list[float]]:
+    """Seconds per call of ``a`` ("before") and ``b`` ("after"), in alternating blocks of
+    ``block`` calls (A then B, B then A, ...) so both see the same machine load; each call
+    gets its running index."""
+    times: dict[str, list[float]] = {"before": [], "after": []}
+    done = 0
+    while done < steps:
+        order = [("before", a), ("after", b)]
+        if (done // block) % 2:
+            order.reverse()
+        for name, fn in order:
+            for i in range(block):
+                t0 = time.perf_counter()
+                fn(done + i)
+                times[name].append(time.perf_counter() - t0)
+        done += block
+    return times

@@ -39,7 +39,7 @@ from riftco.nn.layers import MLP
 from riftco.optim import AdamW, grad_norm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import cpu_model, table, write_json  # noqa: E402
+from common import cpu_model, id_batches, interleaved_ab, launches, table, write_json  # noqa: E402
 
 CFG = GPTConfig(vocab=65, context=64, layers=4, heads=4, width=128)
 BATCH, LR, WD, CLIP = 16, 3e-3, 0.1, 1.0
@@ -115,39 +115,15 @@ class Variant:
         self.losses.append(float(loss.item()))  # a download: the step has finished
 
 
-def launches(v: Variant, batch: tuple[np.ndarray, np.ndarray]) -> int | None:
-    if not hasattr(v.be, "reset_transfer_stats"):
-        return None
-    v.be.reset_transfer_stats()
-    v.step(*batch)
-    return int(v.be.transfer_stats()["launches"])
-
-
 def step_row(backend: str, steps: int, block: int) -> dict[str, Any]:
-    rng = np.random.default_rng(1234)
-    batches = []
-    for _ in range(4):
-        x = rng.integers(0, CFG.vocab, (BATCH, CFG.context)).astype(np.int32)
-        batches.append((x, np.roll(x, -1, axis=1)))
+    batches = id_batches(CFG.vocab, BATCH, CFG.context)
     a, b = Variant(backend, fused=False), Variant(backend, fused=True)
     for v in (a, b):  # compile kernels, create optimizer state
         v.step(*batches[0])
         v.step(*batches[1])
-    counts = (launches(a, batches[2]), launches(b, batches[2]))
-    times: dict[str, list[float]] = {"before": [], "after": []}
-    done = 0
-    while done < steps:  # interleaved blocks: A then B, B then A, ...
-        order = (
-            [("before", a), ("after", b)]
-            if (done // block) % 2 == 0
-            else [("after", b), ("before", a)]
-        )
-        for name, v in order:
-            for i in range(block):
-                t0 = time.perf_counter()
-                v.step(*batches[(done + i) % len(batches)])
-                times[name].append(time.perf_counter() - t0)
-        done += block
+    counts = tuple(launches(v.be, lambda v=v: v.step(*batches[2])) for v in (a, b))
+    times = interleaved_ab(lambda i: a.step(*batches[i % len(batches)]),
+                           lambda i: b.step(*batches[i % len(batches)]), steps, block)  # fmt: skip
     before, after = (1e3 * statistics.median(times[k]) for k in ("before", "after"))
     return {"backend": backend, "what": "train step (eager)", "before_ms": before,
             "after_ms": after, "ratio": after / before, "launches_before": counts[0],
