@@ -133,3 +133,20 @@ def interleaved_ab(
                 times[name].append(time.perf_counter() - t0)
         done += block
     return times
+
+
+def round_robin(
+    fns: dict[str, Callable[[], Any]], repeat: int, warmup: int = 1
+) -> dict[str, float]:
+    """Median seconds per call of each function, the calls alternating round-robin (after
+    ``warmup`` untimed calls each) so every contender sees the same machine load."""
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    samples: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(repeat):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            samples[name].append(time.perf_counter() - t0)
+    return {k: statistics.median(v) for k, v in samples.items()}

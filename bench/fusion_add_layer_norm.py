@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -31,7 +29,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import riftco  # noqa: E402
-from common import machine, table, write_json  # noqa: E402
+from common import machine, round_robin, table, write_json  # noqa: E402
 from riftco import ops  # noqa: E402
 from riftco.autograd import Variable  # noqa: E402
 from riftco.nn import GPT, GPTConfig  # noqa: E402
@@ -60,16 +58,7 @@ def unfused() -> Iterator[None]:
 
 def interleaved_ms(fns: dict[str, Callable[[], Any]], repeat: int) -> dict[str, float]:
     """Median ms per call of each function, calls alternating round-robin after warm-up."""
-    for fn in fns.values():
-        fn()
-        fn()
-    samples: dict[str, list[float]] = {k: [] for k in fns}
-    for _ in range(repeat):
-        for name, fn in fns.items():
-            t0 = time.perf_counter()
-            fn()
-            samples[name].append(time.perf_counter() - t0)
-    return {k: statistics.median(v) * 1e3 for k, v in samples.items()}
+    return {k: sec * 1e3 for k, sec in round_robin(fns, repeat, warmup=2).items()}
 
 
 def op_rows(backend: str, repeat: int) -> list[dict[str, Any]]:

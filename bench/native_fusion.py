@@ -20,9 +20,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -33,22 +31,14 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import riftco  # noqa: E402
-from common import machine, table, write_json  # noqa: E402
+from common import machine, round_robin, table, write_json  # noqa: E402
 from riftco import ops  # noqa: E402
 from train_step import CONFIGS, VOCAB  # noqa: E402
 
 
 def median_us(fns: dict[str, Any], repeat: int) -> dict[str, float]:
     """Median µs per call of each function, calls interleaved round-robin."""
-    for fn in fns.values():
-        fn()
-    samples: dict[str, list[float]] = {k: [] for k in fns}
-    for _ in range(repeat):
-        for name, fn in fns.items():
-            t0 = time.perf_counter()
-            fn()
-            samples[name].append(time.perf_counter() - t0)
-    return {k: statistics.median(v) * 1e6 for k, v in samples.items()}
+    return {k: sec * 1e6 for k, sec in round_robin(fns, repeat).items()}
 
 
 def linear_rows(config: str, repeat: int) -> list[dict[str, Any]]:
