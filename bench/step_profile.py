@@ -9,7 +9,7 @@ queued, so their rows are enqueue time and the wait lands on the call that syncs
 PyTorch's side (when installed) is the same model, weights and batches
 (``references.torch_step``) under ``torch.profiler``: self CPU time per aten op.
 
-Both run in this one process, alternating step blocks, with the same thread count.
+Both run in this one process, one after the other, with the same thread count.
 
     python bench/step_profile.py [--backend native] [--configs small,large]
                                  [--modes materialized,flash] [--steps 10] [--top 14]
@@ -20,7 +20,6 @@ Writes bench/results/step_profile.json.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import time
@@ -28,33 +27,21 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-THREADS = int(os.environ.get("RIFTCO_BENCH_THREADS", os.cpu_count() or 1))
-for _name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(_name, str(THREADS))
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import train_step as ts  # noqa: E402  (first: it sets the BLAS thread count before numpy)
+
+# isort: split
 import references as refs  # noqa: E402
 import riftco  # noqa: E402
 from common import machine, table, write_json  # noqa: E402
 from riftco.nn import GPT  # noqa: E402
-from riftco.optim import AdamW  # noqa: E402
-from train_step import LR, WEIGHT_DECAY, make_batches, model_config  # noqa: E402
 
 
 def riftco_profile(backend: str, config: str, mode: str, steps: int) -> dict[str, Any]:
     """ms per step by protocol method, from the replay's timing hook."""
-    cfg, batch = model_config(config, mode)
-    batches = make_batches(cfg, batch)
-    dev = riftco.device(backend)
-    model = GPT(cfg, device=dev, seed=0)
-    opt = AdamW(model.parameters(), lr=LR, weight_decay=WEIGHT_DECAY)
-
-    def update(x: riftco.Tensor, y: riftco.Tensor) -> riftco.Tensor:
-        loss = model.loss(x, y)
-        loss.backward()
-        opt.step()
-        return loss
-
+    cfg, batch = ts.model_config(config, mode)
+    batches = ts.make_batches(cfg, batch)
+    dev, update, _ = ts.riftco_update(backend, cfg)
     run = riftco.capture(update, warn=False)
 
     def one(i: int) -> float:
@@ -96,9 +83,10 @@ def torch_profile(config: str, steps: int) -> dict[str, Any] | None:
         return None
     import torch
 
-    cfg, batch = model_config(config, "materialized")
+    cfg, batch = ts.model_config(config, "materialized")
     weights = GPT(cfg, device="cpu", seed=0).state_dict()
-    step = refs.torch_step(weights, cfg, make_batches(cfg, batch), LR, WEIGHT_DECAY, THREADS)
+    batches = ts.make_batches(cfg, batch)
+    step = refs.torch_step(weights, cfg, batches, ts.LR, ts.WEIGHT_DECAY, ts.THREADS)
     for _ in range(3):
         step()
     walls = []
@@ -136,8 +124,8 @@ def main() -> None:
     ap.add_argument("--no-torch", action="store_true")
     args = ap.parse_args()
     host = machine()
-    print(f"machine: {host['summary']}; threads {THREADS}")
-    out: dict[str, Any] = {"machine": host, "threads": THREADS, "backend": args.backend,
+    print(f"machine: {host['summary']}; threads {ts.THREADS}")
+    out: dict[str, Any] = {"machine": host, "threads": ts.THREADS, "backend": args.backend,
                            "steps": args.steps, "profiles": []}  # fmt: skip
     for config in args.configs.split(","):
         for mode in args.modes.split(","):

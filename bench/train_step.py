@@ -45,6 +45,7 @@ for _name in THREAD_ENV:
 
 import json  # noqa: E402
 import time  # noqa: E402
+from collections.abc import Callable  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
@@ -90,6 +91,25 @@ def make_batches(cfg: GPTConfig, batch: int, n: int = 4) -> list[tuple[np.ndarra
     return out
 
 
+def riftco_update(
+    backend: str, cfg: GPTConfig
+) -> tuple[riftco.Device, Callable[[riftco.Tensor, riftco.Tensor], riftco.Tensor], GPT]:
+    """``(device, update, model)``: ``update(x, y)`` is one forward, backward and AdamW
+    step of a fresh model (riftco's initial weights), returning the loss tensor; what a
+    benchmark runs as written or through ``riftco.capture``."""
+    dev = riftco.device(backend)
+    model = GPT(cfg, device=dev, seed=0)
+    opt = AdamW(model.parameters(), lr=LR, weight_decay=WEIGHT_DECAY)
+
+    def update(x: riftco.Tensor, y: riftco.Tensor) -> riftco.Tensor:
+        loss = model.loss(x, y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    return dev, update, model
+
+
 def riftco_step(
     backend: str,
     cfg: GPTConfig,
@@ -99,17 +119,8 @@ def riftco_step(
     """One riftco training step as a user writes it; ids are uploaded every step. With
     ``captured`` the same function goes through ``riftco.capture`` (recorded on its first
     calls, replayed after: the warm-up steps cover the recordings)."""
-    dev = riftco.device(backend)
-    model = GPT(cfg, device=dev, seed=0)
-    opt = AdamW(model.parameters(), lr=LR, weight_decay=WEIGHT_DECAY)
+    dev, update, model = riftco_update(backend, cfg)
     state = {"i": 0}
-
-    def update(x: riftco.Tensor, y: riftco.Tensor) -> riftco.Tensor:
-        loss = model.loss(x, y)
-        loss.backward()
-        opt.step()
-        return loss
-
     run = riftco.capture(update) if captured else update
 
     def step() -> float:
