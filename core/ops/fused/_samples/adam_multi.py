@@ -10,51 +10,36 @@ from typing import Any
 
 import numpy as np
 
-from ...samples import (
-    SIZES,
-    Arr,
-    Ctx,
-    Draw,
-    Example,
-    Params,
-    Samples,
-    SampleSet,
-    edges,
-    error,
-    label,
-    log_uniform,
-    normal,
-    rng_of,
-)
+from ... import samples as smp
 from ..adam_multi import adam_update_multi
 
 
 def _state(rng: np.random.Generator, s: tuple[int, ...], step: int) -> tuple[Any, Any]:
     if step == 1:
         return np.zeros(s), np.zeros(s)
-    m = 0.1 * normal(rng, s)
-    return m, m * m + log_uniform(rng, s, 1e-8, 1.0)  # |m| <= sqrt(v): updates stay O(lr)
+    m = 0.1 * smp.normal(rng, s)
+    return m, m * m + smp.log_uniform(rng, s, 1e-8, 1.0)  # |m| <= sqrt(v): updates stay O(lr)
 
 
-def _build(p: Params, ctx: Ctx) -> Example:
-    rng, step = rng_of(p), p["step"]
+def _build(p: smp.Params, ctx: smp.Ctx) -> smp.Example:
+    rng, step = smp.rng_of(p), p["step"]
     params, grads, ms, vs = [], [], [], []
     for s in p["shapes"]:
         m, v = _state(rng, s, step)
-        params.append(Arr(normal(rng, s)))
-        grads.append(Arr(normal(rng, s), layout=p["layout"]))
-        ms.append(Arr(m))
-        vs.append(Arr(v))
+        params.append(smp.Arr(smp.normal(rng, s)))
+        grads.append(smp.Arr(smp.normal(rng, s), layout=p["layout"]))
+        ms.append(smp.Arr(m))
+        vs.append(smp.Arr(v))
     true = float(np.sqrt(sum(float(np.sum(g.value**2)) for g in grads)))
     clip, norm, limit = p["clip"], None, 1.0
     if clip == "above":  # scale ~ 0.3: the scale must reach m, v and the update
-        norm, limit = Arr(np.array(true)), max(0.3 * true, 1e-3)
+        norm, limit = smp.Arr(np.array(true)), max(0.3 * true, 1e-3)
     elif clip == "below":  # scale exactly 1
-        norm, limit = Arr(np.array(true)), 2.0 * true + 1.0
+        norm, limit = smp.Arr(np.array(true)), 2.0 * true + 1.0
     elif clip in ("nan", "inf"):
-        norm = Arr(np.array(float(clip)))
+        norm = smp.Arr(np.array(float(clip)))
     hyper = [p["lr"], 0.9, 0.999, 1e-8, p["wd"], step]
-    return Example(label(p), [params, grads, ms, vs, *hyper, norm, limit], params=p)
+    return smp.Example(smp.label(p), [params, grads, ms, vs, *hyper, norm, limit], params=p)
 
 
 def _call(fn: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
@@ -62,16 +47,16 @@ def _call(fn: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
     return [*args[0], *args[2], *args[3]]  # every written tensor: params, ms, vs
 
 
-def _draw(d: Draw) -> Params:
+def _draw(d: smp.Draw) -> smp.Params:
     count = d.integer(1, 9)
-    shapes = [tuple(d.choice(SIZES) for _ in range(d.integer(0, 2))) for _ in range(count)]
+    shapes = [tuple(d.choice(smp.SIZES) for _ in range(d.integer(0, 2))) for _ in range(count)]
     return {"shapes": shapes, "lr": d.choice((1e-3, 0.1)), "wd": d.choice((0.0, 0.01)),
             "step": d.integer(1, 1000), "clip": d.choice((None, "above", "below")),
             "layout": d.choice(("dense", "dense", "transposed", "sliced", "offset"))}  # fmt: skip
 
 
 _MANY = [(5, 3), (7,), (1,), (33,), (2, 2), (65,), (3, 3), (8,), (13,), (4, 31), (2,), (9,), (17,)]
-EDGES = edges(
+EDGES = smp.edges(
     {"label": "one tensor, first step", "shapes": [(33,)], "lr": 1e-3, "wd": 0.0, "step": 1,
      "clip": None},
     {"label": "13 tensors, clipped, decay, late step", "shapes": _MANY, "lr": 0.1, "wd": 0.01,
@@ -117,37 +102,37 @@ def _twice(t: Any) -> None:
 
 
 SAMPLES = {
-    "adam_update_multi": SampleSet(
-        samples=Samples(_build, EDGES, _draw, call=_call,
-                        layouts=("dense", "transposed", "sliced", "offset"),
+    "adam_update_multi": smp.SampleSet(
+        samples=smp.Samples(_build, EDGES, _draw, call=_call,
+                            layouts=("dense", "transposed", "sliced", "offset"),
                         bench={"shapes": [(1 << 16,)] * 16, "lr": 1e-3, "wd": 0.0,
                                "step": 10, "clip": "above"}),
         errors=(
-            error("adam_update_multi_lengths", "adam_update_multi",
-                  lambda t: adam_update_multi([t.f(3)], [t.f(3)], [t.f(3)], [], 0.1)),
-            error("adam_update_multi_shapes", "adam_update_multi",
-                  lambda t: _run(_with(_lists(t, (3,), (4,)), 1, 1, t.f(5)))),
-            error("adam_update_multi_view", "adam_update_multi",
-                  lambda t: _run(_with(_lists(t, (3,), (3, 4)), 0, 1, t.f(4, 3).transpose()))),
-            error("adam_update_multi_not_a_list", "adam_update_multi",
-                  lambda t: adam_update_multi(t.f(3), [t.f(3)], [t.f(3)], [t.f(3)], 0.1)),
-            error("adam_update_multi_mixed_devices", "adam_update_multi",
-                  lambda t: _run(_with(_lists(t, (3,), (3,)), 2, 1, t.other_device(3)))),
-            error("adam_update_multi_mixed_dtypes", "adam_update_multi",
-                  lambda t: _run(_with(_lists(t, (3,), (3,)), 3, 0, t.other_float(3))),
+            smp.error("adam_update_multi_lengths", "adam_update_multi",
+                      lambda t: adam_update_multi([t.f(3)], [t.f(3)], [t.f(3)], [], 0.1)),
+            smp.error("adam_update_multi_shapes", "adam_update_multi",
+                      lambda t: _run(_with(_lists(t, (3,), (4,)), 1, 1, t.f(5)))),
+            smp.error("adam_update_multi_view", "adam_update_multi",
+                      lambda t: _run(_with(_lists(t, (3,), (3, 4)), 0, 1, t.f(4, 3).transpose()))),
+            smp.error("adam_update_multi_not_a_list", "adam_update_multi",
+                      lambda t: adam_update_multi(t.f(3), [t.f(3)], [t.f(3)], [t.f(3)], 0.1)),
+            smp.error("adam_update_multi_mixed_devices", "adam_update_multi",
+                      lambda t: _run(_with(_lists(t, (3,), (3,)), 2, 1, t.other_device(3)))),
+            smp.error("adam_update_multi_mixed_dtypes", "adam_update_multi",
+                      lambda t: _run(_with(_lists(t, (3,), (3,)), 3, 0, t.other_float(3))),
                   "other_float"),
-            error("adam_update_multi_norm_dtype", "adam_update_multi",
-                  lambda t: _run(_lists(t, (3,)), grad_norm=t.other_float(), max_norm=1.0),
+            smp.error("adam_update_multi_norm_dtype", "adam_update_multi",
+                      lambda t: _run(_lists(t, (3,)), grad_norm=t.other_float(), max_norm=1.0),
                   "other_float"),
-            error("adam_update_multi_listed_twice", "adam_update_multi", _twice),
-            error("adam_update_multi_norm_shape", "adam_update_multi",
-                  lambda t: _run(_lists(t, (3,)), grad_norm=t.f(1), max_norm=1.0)),
-            error("adam_update_multi_max_norm_0", "adam_update_multi",
-                  lambda t: _run(_lists(t, (3,)), grad_norm=t.f(), max_norm=0.0)),
-            error("adam_update_multi_step_0", "adam_update_multi",
-                  lambda t: _run(_lists(t, (3,)), step=0)),
-            error("adam_update_multi_lr_nan", "adam_update_multi",
-                  lambda t: _run(_lists(t, (3,)), float("nan"))),
+            smp.error("adam_update_multi_listed_twice", "adam_update_multi", _twice),
+            smp.error("adam_update_multi_norm_shape", "adam_update_multi",
+                      lambda t: _run(_lists(t, (3,)), grad_norm=t.f(1), max_norm=1.0)),
+            smp.error("adam_update_multi_max_norm_0", "adam_update_multi",
+                      lambda t: _run(_lists(t, (3,)), grad_norm=t.f(), max_norm=0.0)),
+            smp.error("adam_update_multi_step_0", "adam_update_multi",
+                      lambda t: _run(_lists(t, (3,)), step=0)),
+            smp.error("adam_update_multi_lr_nan", "adam_update_multi",
+                      lambda t: _run(_lists(t, (3,)), float("nan"))),
         ),
     ),
 }  # fmt: skip

@@ -7,40 +7,27 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...samples import (
-    Arr,
-    Ctx,
-    Draw,
-    Example,
-    Params,
-    Samples,
-    SampleSet,
-    edges,
-    error,
-    label,
-    normal,
-    rng_of,
-)
+from ... import samples as smp
 from ..add_layer_norm import add_layer_norm, add_layer_norm_backward
 
 
-def _inputs(p: Params) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    rng = rng_of(p)
+def _inputs(p: smp.Params) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    rng = smp.rng_of(p)
     shape = p["shape"]
-    x = normal(rng, shape) + p.get("offset", 0.0)
-    r = 0.5 * normal(rng, shape)
+    x = smp.normal(rng, shape) + p.get("offset", 0.0)
+    r = 0.5 * smp.normal(rng, shape)
     if p.get("cancel"):
         r = -x
     if p.get("nan_row") and x.size:
         x.reshape(-1, shape[-1])[0, 0] = np.nan
     if p.get("inf_row") and r.size:
         r.reshape(-1, shape[-1])[-1, -1] = np.inf
-    gamma = 1.0 + 0.1 * normal(rng, shape[-1:])
-    beta = 0.1 * normal(rng, shape[-1:])
+    gamma = 1.0 + 0.1 * smp.normal(rng, shape[-1:])
+    beta = 0.1 * smp.normal(rng, shape[-1:])
     return x, r, gamma, beta
 
 
-EDGES = edges(
+EDGES = smp.edges(
     {"label": "long row (4097)", "shape": (2, 4097)},
     {"label": "size-1 axes", "shape": (1, 1, 1)},
     {"label": "odd sizes", "shape": (3, 5, 67)},
@@ -60,61 +47,74 @@ EDGES = edges(
 BACKWARD_EDGES = tuple(e for e in EDGES if not (e.get("nan_row") or e.get("inf_row")))
 
 
-def _draw(d: Draw) -> Params:
+def _draw(d: smp.Draw) -> smp.Params:
     shape = d.shape()
     return {"shape": shape[:-1] + (max(shape[-1], 1),), "eps": d.choice((1e-5, 1e-3))}
 
 
-def _build(p: Params, ctx: Ctx) -> Example:
+def _build(p: smp.Params, ctx: smp.Ctx) -> smp.Example:
     x, r, gamma, beta = _inputs(p)
     lay = p["layout"]
-    args = [Arr(x, layout=lay), Arr(r, layout=lay), Arr(gamma), Arr(beta), p.get("eps", 1e-5)]
-    return Example(label(p), args, params=p)
+    args = [
+        smp.Arr(x, layout=lay),
+        smp.Arr(r, layout=lay),
+        smp.Arr(gamma),
+        smp.Arr(beta),
+        p.get("eps", 1e-5),
+    ]
+    return smp.Example(smp.label(p), args, params=p)
 
 
-def _build_backward(p: Params, ctx: Ctx) -> Example:
+def _build_backward(p: smp.Params, ctx: smp.Ctx) -> smp.Example:
     x_raw, r_raw, gamma, _ = _inputs(p)
     lay = p["layout"]
-    s = Arr(x_raw + r_raw, layout=lay)  # a broadcast layout changes the values: use s.value
+    s = smp.Arr(x_raw + r_raw, layout=lay)  # a broadcast layout changes the values: use s.value
     sr = s.value.astype(ctx.dtype).astype(np.float64)  # statistics of what the op sees
     with np.errstate(invalid="ignore"):
         mu = sr.mean(axis=-1)
         rs = 1.0 / np.sqrt(((sr - mu[..., None]) ** 2).mean(axis=-1) + 1e-5)
     rng = np.random.default_rng(p["seed"] + 1)
-    dy, ds = normal(rng, p["shape"]), normal(rng, p["shape"])
-    args = [Arr(dy, layout=lay), Arr(ds, layout=lay), s, Arr(gamma), Arr(mu), Arr(rs)]
-    return Example(label(p), args, params=p)
+    dy, ds = smp.normal(rng, p["shape"]), smp.normal(rng, p["shape"])
+    args = [
+        smp.Arr(dy, layout=lay),
+        smp.Arr(ds, layout=lay),
+        s,
+        smp.Arr(gamma),
+        smp.Arr(mu),
+        smp.Arr(rs),
+    ]
+    return smp.Example(smp.label(p), args, params=p)
 
 
 SAMPLES = {
-    "add_layer_norm": SampleSet(
-        samples=Samples(_build, EDGES, _draw, bench={"shape": (1024, 1024)}),
+    "add_layer_norm": smp.SampleSet(
+        samples=smp.Samples(_build, EDGES, _draw, bench={"shape": (1024, 1024)}),
         errors=(
-            error("add_layer_norm_r_shape", "add_layer_norm",
-                  lambda t: add_layer_norm(t.f(2, 4), t.f(2, 5), t.f(4), t.f(4))),
-            error("add_layer_norm_gamma_shape", "add_layer_norm",
-                  lambda t: add_layer_norm(t.f(2, 4), t.f(2, 4), t.f(3), t.f(4))),
-            error("add_layer_norm_empty_features", "add_layer_norm",
-                  lambda t: add_layer_norm(t.f(2, 0), t.f(2, 0), t.f(0), t.f(0))),
-            error("add_layer_norm_eps", "add_layer_norm",
-                  lambda t: add_layer_norm(t.f(2, 4), t.f(2, 4), t.f(4), t.f(4), 0.0)),
-            error("add_layer_norm_int_r", "add_layer_norm",
-                  lambda t: add_layer_norm(t.f(2, 4), t.i(2, 4), t.f(4), t.f(4)), "index"),
-            error("add_layer_norm_mixed_dtypes", "add_layer_norm",
-                  lambda t: add_layer_norm(t.f(2, 4), t.other_float(2, 4), t.f(4), t.f(4)),
+            smp.error("add_layer_norm_r_shape", "add_layer_norm",
+                      lambda t: add_layer_norm(t.f(2, 4), t.f(2, 5), t.f(4), t.f(4))),
+            smp.error("add_layer_norm_gamma_shape", "add_layer_norm",
+                      lambda t: add_layer_norm(t.f(2, 4), t.f(2, 4), t.f(3), t.f(4))),
+            smp.error("add_layer_norm_empty_features", "add_layer_norm",
+                      lambda t: add_layer_norm(t.f(2, 0), t.f(2, 0), t.f(0), t.f(0))),
+            smp.error("add_layer_norm_eps", "add_layer_norm",
+                      lambda t: add_layer_norm(t.f(2, 4), t.f(2, 4), t.f(4), t.f(4), 0.0)),
+            smp.error("add_layer_norm_int_r", "add_layer_norm",
+                      lambda t: add_layer_norm(t.f(2, 4), t.i(2, 4), t.f(4), t.f(4)), "index"),
+            smp.error("add_layer_norm_mixed_dtypes", "add_layer_norm",
+                      lambda t: add_layer_norm(t.f(2, 4), t.other_float(2, 4), t.f(4), t.f(4)),
                   "other_float"),
-            error("add_layer_norm_mixed_devices", "add_layer_norm",
-                  lambda t: add_layer_norm(t.f(2, 4), t.other_device(2, 4), t.f(4), t.f(4))),
+            smp.error("add_layer_norm_mixed_devices", "add_layer_norm",
+                      lambda t: add_layer_norm(t.f(2, 4), t.other_device(2, 4), t.f(4), t.f(4))),
         ),
     ),
-    "add_layer_norm_backward": SampleSet(
-        samples=Samples(_build_backward, BACKWARD_EDGES, _draw, bench={"shape": (1024, 1024)}),
+    "add_layer_norm_backward": smp.SampleSet(
+        samples=smp.Samples(_build_backward, BACKWARD_EDGES, _draw, bench={"shape": (1024, 1024)}),
         errors=(
-            error("add_layer_norm_backward_ds_shape", "add_layer_norm_backward",
-                  lambda t: add_layer_norm_backward(t.f(2, 4), t.f(4, 2), t.f(2, 4), t.f(4),
+            smp.error("add_layer_norm_backward_ds_shape", "add_layer_norm_backward",
+                      lambda t: add_layer_norm_backward(t.f(2, 4), t.f(4, 2), t.f(2, 4), t.f(4),
                                                     t.f(2), t.f(2))),
-            error("add_layer_norm_backward_stats_shape", "add_layer_norm_backward",
-                  lambda t: add_layer_norm_backward(t.f(2, 4), t.f(2, 4), t.f(2, 4), t.f(4),
+            smp.error("add_layer_norm_backward_stats_shape", "add_layer_norm_backward",
+                      lambda t: add_layer_norm_backward(t.f(2, 4), t.f(2, 4), t.f(2, 4), t.f(4),
                                                     t.f(3), t.f(2))),
         ),
     ),

@@ -11,32 +11,18 @@ from typing import Any
 
 import numpy as np
 
-from ...samples import (
-    SMALL_SIZES,
-    Arr,
-    Ctx,
-    Draw,
-    Example,
-    Params,
-    Samples,
-    SampleSet,
-    edges,
-    error,
-    label,
-    normal,
-    rng_of,
-)
+from ... import samples as smp
 from ..attention import attention, attention_backward
 from .softmax import np_softmax
 
 
-def _e(lbl: str, b: int, h: int, t: int, d: int, causal: bool, **kw: Any) -> Params:
+def _e(lbl: str, b: int, h: int, t: int, d: int, causal: bool, **kw: Any) -> smp.Params:
     return {"label": lbl, "b": b, "h": h, "t": t, "d": d, "causal": causal, **kw}
 
 
 #: Lengths that span one, two and several tiles of any size from 16 to 128, both masks.
 _LENGTHS = (2, 31, 65, 129, 200)
-EDGES = edges(
+EDGES = smp.edges(
     _e("T=1", 1, 2, 1, 8, True),
     _e("T=1, not causal", 2, 1, 1, 3, False),
     *(_e(f"T={t}, D=5", 1, 1, t, 5, c) for t in _LENGTHS for c in (True, False)),
@@ -56,9 +42,9 @@ EDGES = edges(
 BENCH = _e("bench", 1, 4, 256, 64, True)
 
 
-def draw(d: Draw) -> Params:
+def draw(d: smp.Draw) -> smp.Params:
     return {
-        "b": d.choice(SMALL_SIZES), "h": d.choice(SMALL_SIZES),
+        "b": d.choice(smp.SMALL_SIZES), "h": d.choice(smp.SMALL_SIZES),
         "d": d.choice((1, 3, 8, 16, 33)), "t": d.choice((1, 2, 3, 5, 17, 33, 64, 65, 100)),
         "causal": d.boolean(), "layout": d.choice(("dense", "dense", "permuted", "sliced")),
     }  # fmt: skip
@@ -72,14 +58,14 @@ def np_scores(q: np.ndarray, k: np.ndarray, scale: float, causal: bool) -> np.nd
     return s
 
 
-def qkv(p: Params) -> tuple[np.ndarray, ...]:
-    rng = rng_of(p)
+def qkv(p: smp.Params) -> tuple[np.ndarray, ...]:
+    rng = smp.rng_of(p)
     shape = (p["b"], p["h"], p["t"], p["d"])
-    q, k, v = (normal(rng, shape) for _ in range(3))
+    q, k, v = (smp.normal(rng, shape) for _ in range(3))
     if p.get("large"):  # |scores| ~ 300: exp would overflow without the max subtraction
         boost = 6.0 * np.sqrt(np.sqrt(p["d"]))
         q, k = q * boost, k * boost
-    return q, k, v, normal(rng, shape)
+    return q, k, v, smp.normal(rng, shape)
 
 
 def score_max(q: np.ndarray, k: np.ndarray) -> float:
@@ -91,54 +77,59 @@ def score_max(q: np.ndarray, k: np.ndarray) -> float:
 
 #: Builds a backward example from its params (score bound recorded), the context, the host
 #: (q, k, v, dO), q, k, v as arguments in the example's layout, and the scale.
-BackwardExample = Callable[[Params, Ctx, tuple[np.ndarray, ...], list[Arr], float], Example]
+BackwardExample = Callable[
+    [smp.Params, smp.Ctx, tuple[np.ndarray, ...], list[smp.Arr], float], smp.Example
+]
 
 
-def attention_samples(backward: BackwardExample | None = None) -> Samples:
+def attention_samples(backward: BackwardExample | None = None) -> smp.Samples:
     """attention's edges, draws and bench for an op called ``(q, k, v, scale, causal=)``
     (attention, flash_attention), or with ``backward`` for its backward: both build the same
     inputs, so the forward and backward of both ops see the same examples."""
 
-    def build(p: Params, ctx: Ctx) -> Example:
+    def build(p: smp.Params, ctx: smp.Ctx) -> smp.Example:
         q, k, v, do = qkv(p)
         p = {**p, "score_max": score_max(q, k)}
         scale = 1.0 / math.sqrt(p["d"])
         lay = p["layout"]
-        args = [Arr(q, layout=lay), Arr(k, layout=lay), Arr(v, layout=lay)]
+        args = [smp.Arr(q, layout=lay), smp.Arr(k, layout=lay), smp.Arr(v, layout=lay)]
         if backward is None:
-            return Example(label(p), [*args, scale], {"causal": p["causal"]}, params=p)
+            return smp.Example(smp.label(p), [*args, scale], {"causal": p["causal"]}, params=p)
         return backward(p, ctx, (q, k, v, do), args, scale)
 
-    return Samples(build, EDGES, draw, bench=BENCH)
+    return smp.Samples(build, EDGES, draw, bench=BENCH)
 
 
 def _backward(
-    p: Params, ctx: Ctx, host: tuple[np.ndarray, ...], args: list[Arr], scale: float
-) -> Example:
+    p: smp.Params, ctx: smp.Ctx, host: tuple[np.ndarray, ...], args: list[smp.Arr], scale: float
+) -> smp.Example:
     q, k, _, do = host
     qr, kr = (a.astype(ctx.dtype).astype(np.float64) for a in (q, k))
     probs = np_softmax(np_scores(qr, kr, scale, p["causal"]))
-    return Example(label(p), [Arr(do, layout=p["layout"]), *args, Arr(probs), scale], params=p)
+    return smp.Example(
+        smp.label(p), [smp.Arr(do, layout=p["layout"]), *args, smp.Arr(probs), scale], params=p
+    )
 
 
 SAMPLES = {
-    "attention": SampleSet(
+    "attention": smp.SampleSet(
         samples=attention_samples(),
         errors=(
-            error("attention_qkv_shapes", "attention",
-                  lambda t: attention(t.f(1, 1, 4, 2), t.f(1, 1, 5, 2), t.f(1, 1, 4, 2), 1.0)),
-            error("attention_rank", "attention",
-                  lambda t: attention(t.f(1, 4, 2), t.f(1, 4, 2), t.f(1, 4, 2), 1.0)),
-            error("attention_zero_head_dim", "attention",
-                  lambda t: attention(t.f(1, 1, 4, 0), t.f(1, 1, 4, 0), t.f(1, 1, 4, 0), 1.0)),
-            error("attention_scale_tensor", "attention",
-                  lambda t: attention(t.f(1, 1, 2, 2), t.f(1, 1, 2, 2), t.f(1, 1, 2, 2), t.f(1))),
+            smp.error("attention_qkv_shapes", "attention",
+                      lambda t: attention(t.f(1, 1, 4, 2), t.f(1, 1, 5, 2), t.f(1, 1, 4, 2), 1.0)),
+            smp.error("attention_rank", "attention",
+                      lambda t: attention(t.f(1, 4, 2), t.f(1, 4, 2), t.f(1, 4, 2), 1.0)),
+            smp.error("attention_zero_head_dim", "attention",
+                      lambda t: attention(t.f(1, 1, 4, 0), t.f(1, 1, 4, 0), t.f(1, 1, 4, 0), 1.0)),
+            smp.error("attention_scale_tensor", "attention",
+                      lambda t: attention(t.f(1, 1, 2, 2), t.f(1, 1, 2, 2), t.f(1, 1, 2, 2),
+                                          t.f(1))),
         ),
     ),
-    "attention_backward": SampleSet(
+    "attention_backward": smp.SampleSet(
         samples=attention_samples(_backward),
-        errors=(error("attention_backward_probs_shape", "attention_backward",
-                      lambda t: attention_backward(*(t.f(1, 1, 3, 2),) * 4, t.f(1, 1, 3, 2),
+        errors=(smp.error("attention_backward_probs_shape", "attention_backward",
+                          lambda t: attention_backward(*(t.f(1, 1, 3, 2),) * 4, t.f(1, 1, 3, 2),
                                                    1.0)),),
     ),
 }  # fmt: skip

@@ -10,18 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from ...samples import (
-    Arr,
-    Ctx,
-    Draw,
-    Example,
-    Params,
-    Samples,
-    SampleSet,
-    edges,
-    error,
-    label,
-)
+from ... import samples as smp
 from ..attention_qkv import attention_qkv, attention_qkv_backward
 from .attention import np_scores, score_max
 from .attention import qkv as per_head_inputs
@@ -29,7 +18,9 @@ from .cross_entropy import np_lse
 from .softmax import np_softmax
 
 
-def _e(lbl: str, b: int, h: int, t: int, d: int, causal: bool, flash: bool, **kw: Any) -> Params:
+def _e(
+    lbl: str, b: int, h: int, t: int, d: int, causal: bool, flash: bool, **kw: Any
+) -> smp.Params:
     return {"label": lbl, "b": b, "h": h, "t": t, "d": d, "causal": causal, "flash": flash, **kw}
 
 
@@ -41,7 +32,7 @@ def _name(t: int, h: int, causal: bool, flash: bool) -> str:
 
 #: Lengths spanning one, two and several tiles of any size from 16 to 128; heads 1 to 3.
 _LENGTHS = (2, 31, 65, 129, 200)
-EDGES = edges(
+EDGES = smp.edges(
     _e("T=1", 1, 2, 1, 8, True, False),
     _e("T=1, not causal, flash", 2, 1, 1, 3, False, True),
     *(
@@ -72,7 +63,7 @@ EDGES = edges(
 BENCH = _e("bench", 1, 4, 256, 64, True, False)
 
 
-def _draw(d: Draw) -> Params:
+def _draw(d: smp.Draw) -> smp.Params:
     return {
         "b": d.choice((1, 2, 3)), "h": d.choice((1, 2, 3, 4)), "d": d.choice((1, 3, 8, 16, 33)),
         "t": d.choice((1, 2, 3, 5, 17, 33, 64, 65, 100)), "causal": d.boolean(),
@@ -87,11 +78,11 @@ def np_merge_heads(x: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(np.swapaxes(x, 1, 2)).reshape(b, t, h * d)
 
 
-def _samples(backward: bool) -> Samples:
-    def build(p: Params, ctx: Ctx) -> Example:
+def _samples(backward: bool) -> smp.Samples:
+    def build(p: smp.Params, ctx: smp.Ctx) -> smp.Example:
         q, k, v, do = per_head_inputs(p)  # [B, H, T, D] each; "large" boosts q and k
         lay = p["layout"]
-        fused = Arr(np.concatenate([np_merge_heads(a) for a in (q, k, v)], axis=-1), layout=lay)
+        fused = smp.Arr(np.concatenate([np_merge_heads(a) for a in (q, k, v)], axis=-1), layout=lay)
         c, h = p["h"] * p["d"], p["h"]
         shape = (p["b"], p["t"], h, p["d"])
         # the values the backend will see (a broadcast layout repeats the first batch row)
@@ -103,45 +94,45 @@ def _samples(backward: bool) -> Samples:
         scale = 1.0 / math.sqrt(p["d"])
         kwargs = {"causal": p["causal"], "flash": p["flash"]}
         if not backward:
-            return Example(label(p), [fused, h, scale], kwargs, params=p)
+            return smp.Example(smp.label(p), [fused, h, scale], kwargs, params=p)
         qr, kr, vr = (a.astype(ctx.dtype).astype(np.float64) for a in (qh, kh, vh))
         s = np_scores(qr, kr, scale, p["causal"])
         probs = np_softmax(s)
         stat = np_lse(s) if p["flash"] else probs
         out_lay = "dense" if lay == "broadcast" else lay  # out must stay the forward's
-        args = [Arr(np_merge_heads(do), layout=lay), fused,
-                Arr(np_merge_heads(probs @ vr), layout=out_lay), Arr(stat), h, scale]  # fmt: skip
-        return Example(label(p), args, kwargs, params=p)
+        out = smp.Arr(np_merge_heads(probs @ vr), layout=out_lay)
+        args = [smp.Arr(np_merge_heads(do), layout=lay), fused, out, smp.Arr(stat), h, scale]
+        return smp.Example(smp.label(p), args, kwargs, params=p)
 
-    return Samples(build, EDGES, _draw, bench=BENCH)
+    return smp.Samples(build, EDGES, _draw, bench=BENCH)
 
 
 SAMPLES = {
-    "attention_qkv": SampleSet(
+    "attention_qkv": smp.SampleSet(
         samples=_samples(False),
         errors=(
-            error("attention_qkv_rank", "attention_qkv",
-                  lambda t: attention_qkv(t.f(1, 2, 4, 6), 2, 1.0)),
-            error("attention_qkv_width", "attention_qkv",
-                  lambda t: attention_qkv(t.f(1, 4, 10), 2, 1.0)),
-            error("attention_qkv_zero_width", "attention_qkv",
-                  lambda t: attention_qkv(t.f(1, 4, 0), 1, 1.0)),
-            error("attention_qkv_zero_heads", "attention_qkv",
-                  lambda t: attention_qkv(t.f(1, 4, 6), 0, 1.0)),
-            error("attention_qkv_heads_float", "attention_qkv",
-                  lambda t: attention_qkv(t.f(1, 4, 6), 2.0, 1.0)),  # type: ignore[arg-type]
-            error("attention_qkv_scale_tensor", "attention_qkv",
-                  lambda t: attention_qkv(t.f(1, 4, 6), 1, t.f(1))),
+            smp.error("attention_qkv_rank", "attention_qkv",
+                      lambda t: attention_qkv(t.f(1, 2, 4, 6), 2, 1.0)),
+            smp.error("attention_qkv_width", "attention_qkv",
+                      lambda t: attention_qkv(t.f(1, 4, 10), 2, 1.0)),
+            smp.error("attention_qkv_zero_width", "attention_qkv",
+                      lambda t: attention_qkv(t.f(1, 4, 0), 1, 1.0)),
+            smp.error("attention_qkv_zero_heads", "attention_qkv",
+                      lambda t: attention_qkv(t.f(1, 4, 6), 0, 1.0)),
+            smp.error("attention_qkv_heads_float", "attention_qkv",
+                      lambda t: attention_qkv(t.f(1, 4, 6), 2.0, 1.0)),  # type: ignore[arg-type]
+            smp.error("attention_qkv_scale_tensor", "attention_qkv",
+                      lambda t: attention_qkv(t.f(1, 4, 6), 1, t.f(1))),
         ),
     ),
-    "attention_qkv_backward": SampleSet(
+    "attention_qkv_backward": smp.SampleSet(
         samples=_samples(True),
         errors=(
-            error("attention_qkv_bwd_dout", "attention_qkv_backward",
-                  lambda t: attention_qkv_backward(t.f(1, 3, 6), t.f(1, 3, 6), t.f(1, 3, 2),
+            smp.error("attention_qkv_bwd_dout", "attention_qkv_backward",
+                      lambda t: attention_qkv_backward(t.f(1, 3, 6), t.f(1, 3, 6), t.f(1, 3, 2),
                                                    t.f(1, 1, 3, 3), 1, 1.0)),
-            error("attention_qkv_bwd_lse", "attention_qkv_backward",
-                  lambda t: attention_qkv_backward(t.f(1, 3, 2), t.f(1, 3, 6), t.f(1, 3, 2),
+            smp.error("attention_qkv_bwd_lse", "attention_qkv_backward",
+                      lambda t: attention_qkv_backward(t.f(1, 3, 2), t.f(1, 3, 6), t.f(1, 3, 2),
                                                    t.f(1, 1, 3, 3), 1, 1.0, True, True)),
         ),
     ),

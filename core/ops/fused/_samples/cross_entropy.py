@@ -10,25 +10,10 @@ from typing import Any
 
 import numpy as np
 
-from ...samples import (
-    SIZES,
-    Arr,
-    Ctx,
-    Draw,
-    ErrorSample,
-    Example,
-    Params,
-    Samples,
-    SampleSet,
-    edges,
-    error,
-    label,
-    normal,
-    rng_of,
-)
+from ... import samples as smp
 from ..cross_entropy import cross_entropy, cross_entropy_backward
 
-EDGES = edges(
+EDGES = smp.edges(
     {"label": "logits +-1e4 (past exp overflow)", "n": 6, "v": 50, "large": True},
     {"label": "ignored targets (-1)", "n": 9, "v": 7, "ignore": 0.5},
     {"label": "all targets ignored", "n": 4, "v": 5, "ignore": 1.0},
@@ -43,15 +28,15 @@ EDGES = edges(
 )
 
 
-def _draw(d: Draw) -> Params:
-    return {"n": d.choice(SIZES), "v": d.choice(SIZES), "ignore": d.choice((0.0, 0.2)),
+def _draw(d: smp.Draw) -> smp.Params:
+    return {"n": d.choice(smp.SIZES), "v": d.choice(smp.SIZES), "ignore": d.choice((0.0, 0.2)),
             "large": d.boolean()}  # fmt: skip
 
 
-def _inputs(p: Params) -> tuple[np.ndarray, np.ndarray]:
-    rng = rng_of(p)
+def _inputs(p: smp.Params) -> tuple[np.ndarray, np.ndarray]:
+    rng = smp.rng_of(p)
     n, v = p["n"], p["v"]
-    logits = rng.uniform(-1e4, 1e4, (n, v)) if p.get("large") else normal(rng, (n, v), 2.0)
+    logits = rng.uniform(-1e4, 1e4, (n, v)) if p.get("large") else smp.normal(rng, (n, v), 2.0)
     targets = rng.integers(0, v, size=(n,))
     if p.get("boundary") and n:
         targets[::2], targets[1::2] = 0, v - 1
@@ -68,18 +53,18 @@ def np_lse(x: np.ndarray) -> np.ndarray:
         return (m + np.log(np.exp(x - m).sum(axis=-1, keepdims=True)))[..., 0]
 
 
-def _samples(backward: bool) -> Samples:
-    def build(p: Params, ctx: Ctx) -> Example:
+def _samples(backward: bool) -> smp.Samples:
+    def build(p: smp.Params, ctx: smp.Ctx) -> smp.Example:
         logits, targets = _inputs(p)
-        t = Arr(targets, "index", index_dtype=ctx.index_dtype(p["seed"]))
-        lg = Arr(logits, layout=p["layout"])
+        t = smp.Arr(targets, "index", index_dtype=ctx.index_dtype(p["seed"]))
+        lg = smp.Arr(logits, layout=p["layout"])
         if not backward:
-            return Example(label(p), [lg, t], params=p)
+            return smp.Example(smp.label(p), [lg, t], params=p)
         lse = np_lse(lg.value.astype(ctx.dtype).astype(np.float64))
-        dloss = normal(np.random.default_rng(p["seed"] + 1), (p["n"],))
-        return Example(label(p), [Arr(dloss), lg, t, Arr(lse)], params=p)
+        dloss = smp.normal(np.random.default_rng(p["seed"] + 1), (p["n"],))
+        return smp.Example(smp.label(p), [smp.Arr(dloss), lg, t, smp.Arr(lse)], params=p)
 
-    return Samples(build, EDGES, _draw, needs_index=True, bench={"n": 1024, "v": 1024})
+    return smp.Samples(build, EDGES, _draw, needs_index=True, bench={"n": 1024, "v": 1024})
 
 
 def _bad_targets(t: Any, value: int) -> Any:
@@ -88,39 +73,39 @@ def _bad_targets(t: Any, value: int) -> Any:
 
 def bad_index_samples(
     op: str, what: str, run: Any, negative: tuple[str, int]
-) -> tuple[ErrorSample, ...]:
+) -> tuple[smp.ErrorSample, ...]:
     """Domain samples of an op reading rows by index out of V = 5 (cross_entropy's targets,
     embedding's ids): ``run(t, value=v)`` calls it with one bad index ``v``: V itself, the
     op's ``negative`` (name, value) and 2**31 - 1, named ``{op}_{what}_{name}``."""
     bad = (("equal_to_V", 5), negative, ("huge", 2**31 - 1))
     return tuple(
-        error(f"{op}_{what}_{name}", op, functools.partial(run, value=v), "index")
+        smp.error(f"{op}_{what}_{name}", op, functools.partial(run, value=v), "index")
         for name, v in bad
     )
 
 
-def _domain(op: str, run: Any) -> tuple[ErrorSample, ...]:
+def _domain(op: str, run: Any) -> tuple[smp.ErrorSample, ...]:
     return bad_index_samples(op, "target", run, ("minus_2", -2))
 
 
 SAMPLES = {
-    "cross_entropy": SampleSet(
+    "cross_entropy": smp.SampleSet(
         samples=_samples(False),
         errors=(
-            error("float_targets_cross_entropy", "cross_entropy",
-                  lambda t: cross_entropy(t.f(4, 5), t.f(4))),
-            error("cross_entropy_targets_shape", "cross_entropy",
-                  lambda t: cross_entropy(t.f(4, 5), t.i(3)), "index"),
-            error("cross_entropy_no_classes", "cross_entropy",
-                  lambda t: cross_entropy(t.f(4, 0), t.i(4)), "index"),
+            smp.error("float_targets_cross_entropy", "cross_entropy",
+                      lambda t: cross_entropy(t.f(4, 5), t.f(4))),
+            smp.error("cross_entropy_targets_shape", "cross_entropy",
+                      lambda t: cross_entropy(t.f(4, 5), t.i(3)), "index"),
+            smp.error("cross_entropy_no_classes", "cross_entropy",
+                      lambda t: cross_entropy(t.f(4, 0), t.i(4)), "index"),
         ),
         domain=_domain("cross_entropy",
                        lambda t, value: cross_entropy(t.f(3, 5), _bad_targets(t, value))),
     ),
-    "cross_entropy_backward": SampleSet(
+    "cross_entropy_backward": smp.SampleSet(
         samples=_samples(True),
-        errors=(error("cross_entropy_backward_lse_shape", "cross_entropy_backward",
-                      lambda t: cross_entropy_backward(t.f(3), t.f(3, 4), t.i(3), t.f(4)),
+        errors=(smp.error("cross_entropy_backward_lse_shape", "cross_entropy_backward",
+                          lambda t: cross_entropy_backward(t.f(3), t.f(3, 4), t.i(3), t.f(4)),
                       "index"),),
         domain=_domain("cross_entropy_backward",
                        lambda t, value: cross_entropy_backward(t.f(3), t.f(3, 5),

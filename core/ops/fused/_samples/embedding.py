@@ -7,27 +7,12 @@ from typing import Any
 
 import numpy as np
 
-from ...samples import (
-    SIZES,
-    Arr,
-    Ctx,
-    Draw,
-    ErrorSample,
-    Example,
-    Params,
-    Samples,
-    SampleSet,
-    edges,
-    error,
-    label,
-    normal,
-    rng_of,
-)
+from ... import samples as smp
 from ..embedding import embedding, embedding_backward
 from .cross_entropy import bad_index_samples
 
 
-def _ids(rng: np.random.Generator, p: Params, shape: tuple[int, ...], v: int) -> np.ndarray:
+def _ids(rng: np.random.Generator, p: smp.Params, shape: tuple[int, ...], v: int) -> np.ndarray:
     ids = rng.integers(0, v, size=shape)
     if p.get("repeated"):
         ids[...] = v // 2
@@ -38,7 +23,7 @@ def _ids(rng: np.random.Generator, p: Params, shape: tuple[int, ...], v: int) ->
     return ids
 
 
-EDGES = edges(
+EDGES = smp.edges(
     {"label": "repeated ids", "v": 7, "c": 5, "lead": (3, 4), "repeated": True},
     {"label": "many repeats of one id", "v": 3, "c": 9, "lead": (600,), "repeated": True},
     {"label": "boundary ids 0 and V-1", "v": 33, "c": 17, "lead": (9,), "boundary": True},
@@ -53,50 +38,52 @@ EDGES = edges(
 )
 
 
-def _draw(d: Draw) -> Params:
-    return {"v": d.choice(SIZES), "c": d.choice(SIZES), "lead": d.shape(1, 2),
+def _draw(d: smp.Draw) -> smp.Params:
+    return {"v": d.choice(smp.SIZES), "c": d.choice(smp.SIZES), "lead": d.shape(1, 2),
             "repeated": d.boolean()}  # fmt: skip
 
 
-def _samples(backward: bool) -> Samples:
-    def build(p: Params, ctx: Ctx) -> Example:
-        rng = rng_of(p)
-        ids = Arr(_ids(rng, p, p["lead"], p["v"]), "index", index_dtype=ctx.index_dtype(p["seed"]))
+def _samples(backward: bool) -> smp.Samples:
+    def build(p: smp.Params, ctx: smp.Ctx) -> smp.Example:
+        rng = smp.rng_of(p)
+        ids = smp.Arr(
+            _ids(rng, p, p["lead"], p["v"]), "index", index_dtype=ctx.index_dtype(p["seed"])
+        )
         if backward:
-            dy = Arr(normal(rng, p["lead"] + (p["c"],)), layout=p["layout"])
-            return Example(label(p), [dy, ids, p["v"]], params=p)
-        table = Arr(normal(rng, (p["v"], p["c"])), layout=p["layout"])
-        return Example(label(p), [table, ids], params=p)
+            dy = smp.Arr(smp.normal(rng, p["lead"] + (p["c"],)), layout=p["layout"])
+            return smp.Example(smp.label(p), [dy, ids, p["v"]], params=p)
+        table = smp.Arr(smp.normal(rng, (p["v"], p["c"])), layout=p["layout"])
+        return smp.Example(smp.label(p), [table, ids], params=p)
 
     bench = {"v": 1024, "c": 128, "lead": (1024,)}
-    return Samples(build, EDGES, _draw, needs_index=True, bench=bench)
+    return smp.Samples(build, EDGES, _draw, needs_index=True, bench=bench)
 
 
 def _bad_ids(t: Any, value: int) -> Any:
     return t.index_values([[1, value], [0, 2]])
 
 
-def _domain(op: str, run: Any) -> tuple[ErrorSample, ...]:
+def _domain(op: str, run: Any) -> tuple[smp.ErrorSample, ...]:
     return bad_index_samples(op, "id", run, ("negative", -1))
 
 
 SAMPLES = {
-    "embedding": SampleSet(
+    "embedding": smp.SampleSet(
         samples=_samples(False),
         errors=(
-            error("float_ids_embedding", "embedding", lambda t: embedding(t.f(5, 3), t.f(4))),
-            error("embedding_table_rank", "embedding",
-                  lambda t: embedding(t.f(5), t.i(2)), "index"),
+            smp.error("float_ids_embedding", "embedding", lambda t: embedding(t.f(5, 3), t.f(4))),
+            smp.error("embedding_table_rank", "embedding",
+                      lambda t: embedding(t.f(5), t.i(2)), "index"),
         ),
         domain=_domain("embedding", lambda t, value: embedding(t.f(5, 3), _bad_ids(t, value))),
     ),
-    "embedding_backward": SampleSet(
+    "embedding_backward": smp.SampleSet(
         samples=_samples(True),
         errors=(
-            error("embedding_backward_shapes", "embedding_backward",
-                  lambda t: embedding_backward(t.f(3, 4), t.i(2), 5), "index"),
-            error("embedding_backward_num", "embedding_backward",
-                  lambda t: embedding_backward(t.f(2, 4), t.i(2), 0), "index"),
+            smp.error("embedding_backward_shapes", "embedding_backward",
+                      lambda t: embedding_backward(t.f(3, 4), t.i(2), 5), "index"),
+            smp.error("embedding_backward_num", "embedding_backward",
+                      lambda t: embedding_backward(t.f(2, 4), t.i(2), 0), "index"),
         ),
         domain=_domain("embedding_backward",
                        lambda t, value: embedding_backward(t.f(2, 2, 3), _bad_ids(t, value), 5)),

@@ -5,24 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...samples import (
-    Arr,
-    Ctx,
-    Draw,
-    Example,
-    Params,
-    Samples,
-    SampleSet,
-    edges,
-    error,
-    label,
-    normal,
-    rng_of,
-    with_specials,
-)
+from ... import samples as smp
 from ..gelu import APPROXIMATIONS, gelu, gelu_backward
 
-ROW_EDGES = edges(
+ROW_EDGES = smp.edges(
     {"label": "long row (4097)", "shape": (2, 4097)},
     {"label": "size-1 axes", "shape": (1, 1, 1)},
     {"label": "odd sizes", "shape": (3, 5, 67)},
@@ -36,37 +22,37 @@ ROW_EDGES = edges(
 )
 
 
-def _samples(backward: bool) -> Samples:
-    def build(p: Params, ctx: Ctx) -> Example:
-        rng = rng_of(p)
-        x = normal(rng, p["shape"], 2.0)
+def _samples(backward: bool) -> smp.Samples:
+    def build(p: smp.Params, ctx: smp.Ctx) -> smp.Example:
+        rng = smp.rng_of(p)
+        x = smp.normal(rng, p["shape"], 2.0)
         if p.get("large"):
             x = np.sign(x) * np.exp(rng.uniform(0.0, np.log(1e4), p["shape"]))
         if p.get("special"):
-            x = with_specials(x, rng, np.nan)
-        args = [Arr(x, layout=p["layout"])]
+            x = smp.with_specials(x, rng, np.nan)
+        args = [smp.Arr(x, layout=p["layout"])]
         if backward:
-            args.insert(0, Arr(normal(rng, p["shape"]), layout=p["layout"]))
-        return Example(label(p), args, {"approximate": p["approximate"]}, params=p)
+            args.insert(0, smp.Arr(smp.normal(rng, p["shape"]), layout=p["layout"]))
+        return smp.Example(smp.label(p), args, {"approximate": p["approximate"]}, params=p)
 
-    def draw(d: Draw) -> Params:
+    def draw(d: smp.Draw) -> smp.Params:
         return {"shape": d.shape(), "approximate": d.choice(APPROXIMATIONS)}
 
     e = tuple({**edge, "approximate": a} for edge in ROW_EDGES for a in APPROXIMATIONS)
-    return Samples(build, e, draw, bench={"shape": (1024, 1024), "approximate": "tanh"})
+    return smp.Samples(build, e, draw, bench={"shape": (1024, 1024), "approximate": "tanh"})
 
 
 SAMPLES = {
-    "gelu": SampleSet(
+    "gelu": smp.SampleSet(
         samples=_samples(False),
-        errors=(error("gelu_bad_approximate", "gelu", lambda t: gelu(t.f(3), "exact")),
-                error("gelu_index_dtype", "gelu", lambda t: gelu(t.i(3)), "index")),
+        errors=(smp.error("gelu_bad_approximate", "gelu", lambda t: gelu(t.f(3), "exact")),
+                smp.error("gelu_index_dtype", "gelu", lambda t: gelu(t.i(3)), "index")),
     ),
-    "gelu_backward": SampleSet(
+    "gelu_backward": smp.SampleSet(
         samples=_samples(True),
-        errors=(error("gelu_backward_shapes", "gelu_backward",
-                      lambda t: gelu_backward(t.f(2, 3), t.f(3, 2))),
-                error("gelu_backward_mixed_devices", "gelu_backward",
-                      lambda t: gelu_backward(t.f(3), t.other_device(3)))),
+        errors=(smp.error("gelu_backward_shapes", "gelu_backward",
+                          lambda t: gelu_backward(t.f(2, 3), t.f(3, 2))),
+                smp.error("gelu_backward_mixed_devices", "gelu_backward",
+                          lambda t: gelu_backward(t.f(3), t.other_device(3)))),
     ),
 }  # fmt: skip

@@ -8,30 +8,15 @@ from typing import Any
 
 import numpy as np
 
-from ...samples import (
-    SIZES,
-    Arr,
-    Ctx,
-    Draw,
-    Example,
-    Params,
-    Samples,
-    SampleSet,
-    edges,
-    error,
-    label,
-    normal,
-    rng_of,
-    with_specials,
-)
+from ... import samples as smp
 from ..linear import linear, linear_backward
 
 
-def _e(lbl: str, m: int, k: int, n: int, **kw: Any) -> Params:
+def _e(lbl: str, m: int, k: int, n: int, **kw: Any) -> smp.Params:
     return {"label": lbl, "m": m, "k": k, "n": n, **kw}
 
 
-EDGES = edges(
+EDGES = smp.edges(
     _e("1x1x1", 1, 1, 1),
     _e("odd sizes", 33, 67, 5),
     _e("GPT qkv shape", 64, 32, 96),
@@ -46,39 +31,41 @@ EDGES = edges(
 )
 
 
-def _draw(d: Draw) -> Params:
-    return {"m": d.choice(SIZES), "k": d.choice(SIZES), "n": d.choice(SIZES)}
+def _draw(d: smp.Draw) -> smp.Params:
+    return {"m": d.choice(smp.SIZES), "k": d.choice(smp.SIZES), "n": d.choice(smp.SIZES)}
 
 
-def _samples(backward: bool) -> Samples:
-    def build(p: Params, ctx: Ctx) -> Example:
-        rng = rng_of(p)
-        x = normal(rng, (p["m"], p["k"]))
+def _samples(backward: bool) -> smp.Samples:
+    def build(p: smp.Params, ctx: smp.Ctx) -> smp.Example:
+        rng = smp.rng_of(p)
+        x = smp.normal(rng, (p["m"], p["k"]))
         if p.get("special"):
-            x = with_specials(x, rng, np.nan, np.inf)
-        w, b = normal(rng, (p["k"], p["n"])), normal(rng, (p["n"],))
-        xa, wa = Arr(x, layout=p["layout"]), Arr(w, layout=p.get("layout_w", "dense"))
+            x = smp.with_specials(x, rng, np.nan, np.inf)
+        w, b = smp.normal(rng, (p["k"], p["n"])), smp.normal(rng, (p["n"],))
+        xa, wa = smp.Arr(x, layout=p["layout"]), smp.Arr(w, layout=p.get("layout_w", "dense"))
         if backward:
-            dy = Arr(normal(rng, (p["m"], p["n"])), layout=p["layout"])
-            return Example(label(p), [dy, xa, wa], params=p)
-        return Example(label(p), [xa, wa, Arr(b)], params=p)
+            dy = smp.Arr(smp.normal(rng, (p["m"], p["n"])), layout=p["layout"])
+            return smp.Example(smp.label(p), [dy, xa, wa], params=p)
+        return smp.Example(smp.label(p), [xa, wa, smp.Arr(b)], params=p)
 
     bench = _e("bench", 1024, 512, 512)
-    return Samples(build, EDGES, _draw, layouts=("dense", "transposed", "offset"), bench=bench)
+    return smp.Samples(build, EDGES, _draw, layouts=("dense", "transposed", "offset"), bench=bench)
 
 
 SAMPLES = {
-    "linear": SampleSet(
+    "linear": smp.SampleSet(
         samples=_samples(False),
         errors=(
-            error("linear_inner_dims", "linear", lambda t: linear(t.f(2, 3), t.f(4, 5), t.f(5))),
-            error("linear_bias_shape", "linear", lambda t: linear(t.f(2, 3), t.f(3, 5), t.f(4))),
-            error("linear_rank", "linear", lambda t: linear(t.f(2, 2, 3), t.f(3, 5), t.f(5))),
+            smp.error("linear_inner_dims", "linear",
+                      lambda t: linear(t.f(2, 3), t.f(4, 5), t.f(5))),
+            smp.error("linear_bias_shape", "linear",
+                      lambda t: linear(t.f(2, 3), t.f(3, 5), t.f(4))),
+            smp.error("linear_rank", "linear", lambda t: linear(t.f(2, 2, 3), t.f(3, 5), t.f(5))),
         ),
     ),
-    "linear_backward": SampleSet(
+    "linear_backward": smp.SampleSet(
         samples=_samples(True),
-        errors=(error("linear_backward_dy_shape", "linear_backward",
-                      lambda t: linear_backward(t.f(2, 4), t.f(2, 3), t.f(3, 5))),),
+        errors=(smp.error("linear_backward_dy_shape", "linear_backward",
+                          lambda t: linear_backward(t.f(2, 4), t.f(2, 3), t.f(3, 5))),),
     ),
 }  # fmt: skip

@@ -8,31 +8,16 @@ from typing import Any
 
 import numpy as np
 
-from ...samples import (
-    SIZES,
-    Arr,
-    Ctx,
-    Draw,
-    Example,
-    Params,
-    Samples,
-    SampleSet,
-    edges,
-    error,
-    label,
-    normal,
-    rng_of,
-    with_specials,
-)
+from ... import samples as smp
 from ..gelu import APPROXIMATIONS
 from ..linear_gelu import linear_gelu, linear_gelu_backward
 
 
-def _e(lbl: str, m: int, k: int, n: int, approximate: str = "tanh", **kw: Any) -> Params:
+def _e(lbl: str, m: int, k: int, n: int, approximate: str = "tanh", **kw: Any) -> smp.Params:
     return {"label": lbl, "m": m, "k": k, "n": n, "approximate": approximate, **kw}
 
 
-EDGES = edges(
+EDGES = smp.edges(
     _e("1x1x1", 1, 1, 1),
     _e("odd sizes", 33, 67, 5),
     _e("odd sizes, erf form", 33, 67, 5, "none"),
@@ -50,32 +35,32 @@ EDGES = edges(
 )
 
 
-def _draw(d: Draw) -> Params:
-    return {"m": d.choice(SIZES), "k": d.choice(SIZES), "n": d.choice(SIZES),
+def _draw(d: smp.Draw) -> smp.Params:
+    return {"m": d.choice(smp.SIZES), "k": d.choice(smp.SIZES), "n": d.choice(smp.SIZES),
             "approximate": d.choice(APPROXIMATIONS)}  # fmt: skip
 
 
-def _samples(backward: bool) -> Samples:
-    def build(p: Params, ctx: Ctx) -> Example:
-        rng = rng_of(p)
+def _samples(backward: bool) -> smp.Samples:
+    def build(p: smp.Params, ctx: smp.Ctx) -> smp.Example:
+        rng = smp.rng_of(p)
         m, k, n = p["m"], p["k"], p["n"]
-        x = normal(rng, (m, k))
+        x = smp.normal(rng, (m, k))
         if p.get("special"):
-            x = with_specials(x, rng, np.nan, np.inf)
-        w, b = normal(rng, (k, n)), normal(rng, (n,))
+            x = smp.with_specials(x, rng, np.nan, np.inf)
+        w, b = smp.normal(rng, (k, n)), smp.normal(rng, (n,))
         if p.get("large"):  # a bias from -1e4 to 1e4 puts h far out on both tails
             b = np.sign(b) * np.exp(rng.uniform(0.0, np.log(1e4), (n,)))
-        xa, wa = Arr(x, layout=p["layout"]), Arr(w)
+        xa, wa = smp.Arr(x, layout=p["layout"]), smp.Arr(w)
         kwargs = {"approximate": p["approximate"]}
         if backward:
             with np.errstate(all="ignore"):  # the forward's h (NaN and inf rows included)
                 h = (x.astype(np.float64) @ w + b) if k else np.broadcast_to(b, (m, n)).copy()
-            dy = Arr(normal(rng, (m, n)), layout=p["layout"])
-            return Example(label(p), [dy, xa, wa, Arr(h)], kwargs, params=p)
-        return Example(label(p), [xa, wa, Arr(b)], kwargs, params=p)
+            dy = smp.Arr(smp.normal(rng, (m, n)), layout=p["layout"])
+            return smp.Example(smp.label(p), [dy, xa, wa, smp.Arr(h)], kwargs, params=p)
+        return smp.Example(smp.label(p), [xa, wa, smp.Arr(b)], kwargs, params=p)
 
     bench = _e("bench", 1024, 128, 512)
-    return Samples(build, EDGES, _draw, layouts=("dense", "transposed", "offset"), bench=bench)
+    return smp.Samples(build, EDGES, _draw, layouts=("dense", "transposed", "offset"), bench=bench)
 
 
 def _fwd(t: Any, xs: tuple[int, ...], ws: tuple[int, ...], bs: tuple[int, ...]) -> Any:
@@ -83,27 +68,30 @@ def _fwd(t: Any, xs: tuple[int, ...], ws: tuple[int, ...], bs: tuple[int, ...]) 
 
 
 SAMPLES = {
-    "linear_gelu": SampleSet(
+    "linear_gelu": smp.SampleSet(
         samples=_samples(False),
         errors=(
-            error("linear_gelu_inner_dims", "linear_gelu", lambda t: _fwd(t, (2, 3), (4, 5), (5,))),
-            error("linear_gelu_bias_shape", "linear_gelu", lambda t: _fwd(t, (2, 3), (3, 5), (4,))),
-            error("linear_gelu_rank", "linear_gelu", lambda t: _fwd(t, (2, 2, 3), (3, 5), (5,))),
-            error("linear_gelu_bad_approximate", "linear_gelu",
-                  lambda t: linear_gelu(t.f(2, 3), t.f(3, 5), t.f(5), "exact")),
-            error("linear_gelu_index_dtype", "linear_gelu",
-                  lambda t: linear_gelu(t.i(2, 3), t.f(3, 5), t.f(5)), "index"),
+            smp.error("linear_gelu_inner_dims", "linear_gelu",
+                      lambda t: _fwd(t, (2, 3), (4, 5), (5,))),
+            smp.error("linear_gelu_bias_shape", "linear_gelu",
+                      lambda t: _fwd(t, (2, 3), (3, 5), (4,))),
+            smp.error("linear_gelu_rank", "linear_gelu",
+                      lambda t: _fwd(t, (2, 2, 3), (3, 5), (5,))),
+            smp.error("linear_gelu_bad_approximate", "linear_gelu",
+                      lambda t: linear_gelu(t.f(2, 3), t.f(3, 5), t.f(5), "exact")),
+            smp.error("linear_gelu_index_dtype", "linear_gelu",
+                      lambda t: linear_gelu(t.i(2, 3), t.f(3, 5), t.f(5)), "index"),
         ),
     ),
-    "linear_gelu_backward": SampleSet(
+    "linear_gelu_backward": smp.SampleSet(
         samples=_samples(True),
         errors=(
-            error("linear_gelu_backward_dy_shape", "linear_gelu_backward",
-                  lambda t: linear_gelu_backward(t.f(2, 4), t.f(2, 3), t.f(3, 5), t.f(2, 5))),
-            error("linear_gelu_backward_h_shape", "linear_gelu_backward",
-                  lambda t: linear_gelu_backward(t.f(2, 5), t.f(2, 3), t.f(3, 5), t.f(5, 2))),
-            error("linear_gelu_backward_mixed_devices", "linear_gelu_backward",
-                  lambda t: linear_gelu_backward(t.f(2, 5), t.f(2, 3), t.f(3, 5),
+            smp.error("linear_gelu_backward_dy_shape", "linear_gelu_backward",
+                      lambda t: linear_gelu_backward(t.f(2, 4), t.f(2, 3), t.f(3, 5), t.f(2, 5))),
+            smp.error("linear_gelu_backward_h_shape", "linear_gelu_backward",
+                      lambda t: linear_gelu_backward(t.f(2, 5), t.f(2, 3), t.f(3, 5), t.f(5, 2))),
+            smp.error("linear_gelu_backward_mixed_devices", "linear_gelu_backward",
+                      lambda t: linear_gelu_backward(t.f(2, 5), t.f(2, 3), t.f(3, 5),
                                                  t.other_device(2, 5))),
         ),
     ),

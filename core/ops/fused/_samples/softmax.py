@@ -6,26 +6,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...samples import (
-    Arr,
-    Ctx,
-    Draw,
-    Example,
-    Params,
-    Samples,
-    SampleSet,
-    edges,
-    error,
-    label,
-    normal,
-    rng_of,
-)
+from ... import samples as smp
 from ..softmax import softmax, softmax_backward
 
 
-def softmax_input(p: Params) -> np.ndarray:
-    rng = rng_of(p)
-    x = normal(rng, p["shape"], 3.0)
+def softmax_input(p: smp.Params) -> np.ndarray:
+    rng = smp.rng_of(p)
+    x = smp.normal(rng, p["shape"], 3.0)
     if p.get("large"):  # far past float32's exp overflow (88.7): needs the max subtraction
         x = rng.uniform(-1e4, 1e4, p["shape"])
     if p.get("neg_inf") and x.shape[-1] > 1:
@@ -37,7 +24,7 @@ def softmax_input(p: Params) -> np.ndarray:
     return x
 
 
-EDGES = edges(
+EDGES = smp.edges(
     {"label": "long row (4097)", "shape": (2, 4097)},
     {"label": "size-1 axes", "shape": (1, 1, 1)},
     {"label": "T=1", "shape": (1, 1, 33)},
@@ -56,12 +43,12 @@ EDGES = edges(
 )
 
 
-def _draw(d: Draw) -> Params:
+def _draw(d: smp.Draw) -> smp.Params:
     return {"shape": d.shape(), "large": d.boolean() and d.boolean()}
 
 
-def _build(p: Params, ctx: Ctx) -> Example:
-    return Example(label(p), [Arr(softmax_input(p), layout=p["layout"])], params=p)
+def _build(p: smp.Params, ctx: smp.Ctx) -> smp.Example:
+    return smp.Example(smp.label(p), [smp.Arr(softmax_input(p), layout=p["layout"])], params=p)
 
 
 def np_softmax(x: np.ndarray) -> np.ndarray:
@@ -73,23 +60,25 @@ def np_softmax(x: np.ndarray) -> np.ndarray:
         return e / e.sum(axis=-1, keepdims=True)
 
 
-def _build_backward(p: Params, ctx: Ctx) -> Example:
+def _build_backward(p: smp.Params, ctx: smp.Ctx) -> smp.Example:
     y = np_softmax(softmax_input(p).astype(ctx.dtype).astype(np.float64))
-    dy = normal(np.random.default_rng(p["seed"] + 1), p["shape"])
-    return Example(label(p), [Arr(dy, layout=p["layout"]), Arr(y, layout=p["layout"])], params=p)
+    dy = smp.normal(np.random.default_rng(p["seed"] + 1), p["shape"])
+    return smp.Example(
+        smp.label(p), [smp.Arr(dy, layout=p["layout"]), smp.Arr(y, layout=p["layout"])], params=p
+    )
 
 
 SAMPLES = {
-    "softmax": SampleSet(
-        samples=Samples(_build, EDGES + edges(
+    "softmax": smp.SampleSet(
+        samples=smp.Samples(_build, EDGES + smp.edges(
             {"label": "all -inf row gives NaN", "shape": (3, 7), "all_inf_row": True}), _draw,
             bench={"shape": (1024, 1024)}),
-        errors=(error("softmax_0d", "softmax", lambda t: softmax(t.f())),
-                error("softmax_index_dtype", "softmax", lambda t: softmax(t.i(3)), "index")),
+        errors=(smp.error("softmax_0d", "softmax", lambda t: softmax(t.f())),
+                smp.error("softmax_index_dtype", "softmax", lambda t: softmax(t.i(3)), "index")),
     ),
-    "softmax_backward": SampleSet(
-        samples=Samples(_build_backward, EDGES, _draw, bench={"shape": (1024, 1024)}),
-        errors=(error("softmax_backward_shapes", "softmax_backward",
-                      lambda t: softmax_backward(t.f(2, 3), t.f(2, 4))),),
+    "softmax_backward": smp.SampleSet(
+        samples=smp.Samples(_build_backward, EDGES, _draw, bench={"shape": (1024, 1024)}),
+        errors=(smp.error("softmax_backward_shapes", "softmax_backward",
+                          lambda t: softmax_backward(t.f(2, 3), t.f(2, 4))),),
     ),
 }  # fmt: skip

@@ -7,52 +7,38 @@ from typing import Any
 
 import numpy as np
 
-from ...samples import (
-    SIZES,
-    SMALL_SIZES,
-    Arr,
-    Ctx,
-    Draw,
-    Example,
-    Params,
-    Samples,
-    SampleSet,
-    edges,
-    error,
-    label,
-    normal,
-    rng_of,
-    with_specials,
-)
+from ... import samples as smp
 from ..matmul import matmul
 
 
-def _draw(d: Draw) -> Params:
+def _draw(d: smp.Draw) -> smp.Params:
     return {
-        "batch": tuple(d.choice(SMALL_SIZES) for _ in range(d.integer(0, 2))),
-        "m": d.choice(SIZES), "k": d.choice(SIZES), "n": d.choice(SIZES),
+        "batch": tuple(d.choice(smp.SMALL_SIZES) for _ in range(d.integer(0, 2))),
+        "m": d.choice(smp.SIZES), "k": d.choice(smp.SIZES), "n": d.choice(smp.SIZES),
         "ta": d.boolean(), "tb": d.boolean(),
     }  # fmt: skip
 
 
-def _build(p: Params, ctx: Ctx) -> Example:
-    rng, b = rng_of(p), tuple(p["batch"])
+def _build(p: smp.Params, ctx: smp.Ctx) -> smp.Example:
+    rng, b = smp.rng_of(p), tuple(p["batch"])
     a_shape = b + ((p["k"], p["m"]) if p["ta"] else (p["m"], p["k"]))
     b_shape = b + ((p["n"], p["k"]) if p["tb"] else (p["k"], p["n"]))
     lay = p["layout"] if p["layout"] != "broadcast" or b else "dense"
-    av, bv = normal(rng, a_shape), normal(rng, b_shape)
+    av, bv = smp.normal(rng, a_shape), smp.normal(rng, b_shape)
     if p.get("special"):
-        av = with_specials(av, rng, np.nan, np.inf)
-    args = [Arr(av, layout=lay), Arr(bv, layout=str(p.get("layout_b", lay)))]
-    return Example(label(p), args, {"transpose_a": p["ta"], "transpose_b": p["tb"]}, params=p)
+        av = smp.with_specials(av, rng, np.nan, np.inf)
+    args = [smp.Arr(av, layout=lay), smp.Arr(bv, layout=str(p.get("layout_b", lay)))]
+    return smp.Example(
+        smp.label(p), args, {"transpose_a": p["ta"], "transpose_b": p["tb"]}, params=p
+    )
 
 
 def _e(lbl: str, batch: tuple[int, ...], m: int, k: int, n: int, ta: bool, tb: bool,
-       **kw: Any) -> Params:  # fmt: skip
+       **kw: Any) -> smp.Params:  # fmt: skip
     return {"label": lbl, "batch": batch, "m": m, "k": k, "n": n, "ta": ta, "tb": tb, **kw}
 
 
-EDGES = edges(
+EDGES = smp.edges(
     _e("1x1x1", (), 1, 1, 1, False, False),
     _e("odd sizes", (3,), 33, 67, 5, False, False),
     _e("transpose_a", (), 9, 17, 3, True, False),
@@ -70,18 +56,18 @@ EDGES = edges(
 
 
 SAMPLES = {
-    "matmul": SampleSet(
-        Samples(_build, EDGES, _draw, bench=_e("bench", (), 512, 512, 512, False, False)),
+    "matmul": smp.SampleSet(
+        smp.Samples(_build, EDGES, _draw, bench=_e("bench", (), 512, 512, 512, False, False)),
         (
-            error("matmul_inner_dims", "matmul", lambda t: matmul(t.f(2, 3), t.f(4, 5))),
-            error("matmul_transpose_b_dims", "matmul",
-                  lambda t: matmul(t.f(2, 3), t.f(3, 5), transpose_b=True)),
-            error("matmul_batch_dims", "matmul", lambda t: matmul(t.f(2, 2, 3), t.f(3, 3, 4))),
-            error("matmul_rank_1", "matmul", lambda t: matmul(t.f(3), t.f(3, 2))),
-            error("matmul_mixed_devices", "matmul",
-                  lambda t: matmul(t.f(2, 2), t.other_device(2, 2))),
-            error("matmul_index_dtype", "matmul",
-                  lambda t: matmul(t.i(2, 2), t.i(2, 2)), "index"),
+            smp.error("matmul_inner_dims", "matmul", lambda t: matmul(t.f(2, 3), t.f(4, 5))),
+            smp.error("matmul_transpose_b_dims", "matmul",
+                      lambda t: matmul(t.f(2, 3), t.f(3, 5), transpose_b=True)),
+            smp.error("matmul_batch_dims", "matmul", lambda t: matmul(t.f(2, 2, 3), t.f(3, 3, 4))),
+            smp.error("matmul_rank_1", "matmul", lambda t: matmul(t.f(3), t.f(3, 2))),
+            smp.error("matmul_mixed_devices", "matmul",
+                      lambda t: matmul(t.f(2, 2), t.other_device(2, 2))),
+            smp.error("matmul_index_dtype", "matmul",
+                      lambda t: matmul(t.i(2, 2), t.i(2, 2)), "index"),
         ),
     ),
 }  # fmt: skip

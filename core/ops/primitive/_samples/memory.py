@@ -7,25 +7,11 @@ from typing import Any
 
 import numpy as np
 
-from ...samples import (
-    LAYOUTS,
-    Arr,
-    Ctx,
-    Draw,
-    Example,
-    Params,
-    Samples,
-    SampleSet,
-    edges,
-    error,
-    label,
-    normal,
-    rng_of,
-)
+from ... import samples as smp
 from ..memory import allocate, copy_strided, download, fill_, upload
 
-_VIEW_EDGES = edges(
-    *({"label": lay, "shape": (5, 33), "layout": lay} for lay in LAYOUTS),
+_VIEW_EDGES = smp.edges(
+    *({"label": lay, "shape": (5, 33), "layout": lay} for lay in smp.LAYOUTS),
     {"label": "0-d", "shape": ()},
     {"label": "empty", "shape": (3, 0)},
     {"label": "size-1 axes", "shape": (1, 1, 1)},
@@ -34,17 +20,19 @@ _VIEW_EDGES = edges(
 )
 
 
-def _draw_view(d: Draw) -> Params:
-    return {"shape": d.shape(1, 4), "layout": d.choice(LAYOUTS)}
+def _draw_view(d: smp.Draw) -> smp.Params:
+    return {"shape": d.shape(1, 4), "layout": d.choice(smp.LAYOUTS)}
 
 
-def _build_view(p: Params, ctx: Ctx) -> Example:
-    return Example(label(p), [Arr(normal(rng_of(p), p["shape"]), layout=p["layout"])], params=p)
+def _build_view(p: smp.Params, ctx: smp.Ctx) -> smp.Example:
+    return smp.Example(
+        smp.label(p), [smp.Arr(smp.normal(smp.rng_of(p), p["shape"]), layout=p["layout"])], params=p
+    )
 
 
-def _build_fill(p: Params, ctx: Ctx) -> Example:
-    x = Arr(normal(rng_of(p), p["shape"]))
-    return Example(f"{label(p)}, value {p['value']!r}", [x, p["value"]], params=p)
+def _build_fill(p: smp.Params, ctx: smp.Ctx) -> smp.Example:
+    x = smp.Arr(smp.normal(smp.rng_of(p), p["shape"]))
+    return smp.Example(f"{smp.label(p)}, value {p['value']!r}", [x, p["value"]], params=p)
 
 
 def _call_fill(fn: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
@@ -53,39 +41,39 @@ def _call_fill(fn: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
     return x
 
 
-def _draw_fill(d: Draw) -> Params:
+def _draw_fill(d: smp.Draw) -> smp.Params:
     return {"shape": d.shape(1, 3), "value": d.choice((0.0, -0.0, 1.5, -3.25e8, 7.0))}
 
 
-_FILL_EDGES = edges(
+_FILL_EDGES = smp.edges(
     *({"label": "special", "shape": (3, 5), "value": v} for v in (np.nan, np.inf, -np.inf, -0.0)),
     {"label": "empty", "shape": (0,), "value": 1.0},
 )
-_VIEWS = Samples(
+_VIEWS = smp.Samples(
     _build_view, _VIEW_EDGES, _draw_view, bench={"shape": (1024, 1024), "layout": "transposed"}
 )
 
 SAMPLES = {
-    "allocate": SampleSet(errors=(
-        error("allocate_negative_dim", "allocate",
-              lambda t: allocate(t.backend, (2, -1), t.float_dtype)),
-        error("allocate_unsupported_dtype", "allocate",
-              lambda t: allocate(t.backend, (2,), t.unsupported_dtype()), "unsupported"),
+    "allocate": smp.SampleSet(errors=(
+        smp.error("allocate_negative_dim", "allocate",
+                  lambda t: allocate(t.backend, (2, -1), t.float_dtype)),
+        smp.error("allocate_unsupported_dtype", "allocate",
+                  lambda t: allocate(t.backend, (2,), t.unsupported_dtype()), "unsupported"),
     )),
-    "from_numpy": SampleSet(errors=(
-        error("from_numpy_unsupported_dtype", "from_numpy",
-              lambda t: upload(t.backend, np.zeros(2, t.unsupported_dtype())), "unsupported"),
-        error("from_numpy_bool", "from_numpy", lambda t: upload(t.backend, np.zeros(2, bool))),
+    "from_numpy": smp.SampleSet(errors=(
+        smp.error("from_numpy_unsupported_dtype", "from_numpy",
+                  lambda t: upload(t.backend, np.zeros(2, t.unsupported_dtype())), "unsupported"),
+        smp.error("from_numpy_bool", "from_numpy", lambda t: upload(t.backend, np.zeros(2, bool))),
     )),
-    "to_numpy": SampleSet(_VIEWS, (
-        error("to_numpy_of_list", "to_numpy", lambda t: download([1.0])),  # type: ignore[arg-type]
+    "to_numpy": smp.SampleSet(_VIEWS, (
+        smp.error("to_numpy_of_list", "to_numpy", lambda t: download([1.0])),  # type: ignore[arg-type]
     )),
-    "copy_strided": SampleSet(_VIEWS, (
-        error("copy_strided_of_array", "copy_strided", lambda t: copy_strided(np.zeros(2))),
+    "copy_strided": smp.SampleSet(_VIEWS, (
+        smp.error("copy_strided_of_array", "copy_strided", lambda t: copy_strided(np.zeros(2))),
     )),
-    "fill": SampleSet(
-        Samples(_build_fill, _FILL_EDGES, _draw_fill, call=_call_fill,
-                bench={"shape": (1024, 1024), "value": 1.0}),
-        (error("fill_view", "fill_", lambda t: fill_(t.f(4, 6).transpose(), 1.0)),),
+    "fill": smp.SampleSet(
+        smp.Samples(_build_fill, _FILL_EDGES, _draw_fill, call=_call_fill,
+                    bench={"shape": (1024, 1024), "value": 1.0}),
+        (smp.error("fill_view", "fill_", lambda t: fill_(t.f(4, 6).transpose(), 1.0)),),
     ),
 }  # fmt: skip

@@ -7,27 +7,11 @@ from typing import Any
 
 import numpy as np
 
-from ...samples import (
-    Arr,
-    Ctx,
-    Draw,
-    ErrorSample,
-    Example,
-    Params,
-    Samples,
-    SampleSet,
-    edges,
-    error,
-    grid,
-    label,
-    normal,
-    rng_of,
-    with_specials,
-)
+from ... import samples as smp
 from ..reduce import argmax, max, sum
 
 
-def _draw_reduce(d: Draw) -> Params:
+def _draw_reduce(d: smp.Draw) -> smp.Params:
     shape = d.shape(1, 4)
     return {
         "shape": shape,
@@ -37,18 +21,18 @@ def _draw_reduce(d: Draw) -> Params:
     }
 
 
-def _reduce_samples(op: str) -> Samples:
-    def build(p: Params, ctx: Ctx) -> Example:
-        rng = rng_of(p)
-        x = normal(rng, p["shape"])
+def _reduce_samples(op: str) -> smp.Samples:
+    def build(p: smp.Params, ctx: smp.Ctx) -> smp.Example:
+        rng = smp.rng_of(p)
+        x = smp.normal(rng, p["shape"])
         if p.get("neg_inf"):
             x[..., ::3] = -np.inf
         if p.get("special"):
-            x = with_specials(x, rng, np.nan, np.inf, -np.inf)
-        args = [Arr(x, layout=p["layout"]), p["axes"]]
-        return Example(label(p), args, {"keepdims": p["keepdims"]}, params=p)
+            x = smp.with_specials(x, rng, np.nan, np.inf, -np.inf)
+        args = [smp.Arr(x, layout=p["layout"]), p["axes"]]
+        return smp.Example(smp.label(p), args, {"keepdims": p["keepdims"]}, params=p)
 
-    e = edges(
+    e = smp.edges(
         {"label": "long row", "shape": (3, 4097), "axes": (1,), "keepdims": False},
         {"label": "long leading axis", "shape": (20000, 3), "axes": (0,), "keepdims": False},
         {"label": "all axes", "shape": (5, 7, 3), "axes": (0, 1, 2), "keepdims": True},
@@ -67,24 +51,24 @@ def _reduce_samples(op: str) -> Samples:
          "neg_inf": True},
     )  # fmt: skip
     if op == "sum":
-        e += edges({"label": "empty axis", "shape": (3, 0), "axes": (1,), "keepdims": False})
+        e += smp.edges({"label": "empty axis", "shape": (3, 0), "axes": (1,), "keepdims": False})
     bench = {"shape": (1024, 1024), "axes": (1,), "keepdims": False}
-    return Samples(build, e, _draw_reduce, bench=bench)
+    return smp.Samples(build, e, _draw_reduce, bench=bench)
 
 
-def _build_argmax(p: Params, ctx: Ctx) -> Example:
-    rng = rng_of(p)
-    x = grid(rng, p["shape"], 2) if p.get("ties") else normal(rng, p["shape"])
+def _build_argmax(p: smp.Params, ctx: smp.Ctx) -> smp.Example:
+    rng = smp.rng_of(p)
+    x = smp.grid(rng, p["shape"], 2) if p.get("ties") else smp.normal(rng, p["shape"])
     if p.get("special"):
-        x = with_specials(x, rng, np.nan, np.inf, -np.inf)
-    return Example(label(p), [Arr(x, layout=p["layout"])], params=p)
+        x = smp.with_specials(x, rng, np.nan, np.inf, -np.inf)
+    return smp.Example(smp.label(p), [smp.Arr(x, layout=p["layout"])], params=p)
 
 
-def _draw_argmax(d: Draw) -> Params:
+def _draw_argmax(d: smp.Draw) -> smp.Params:
     return {"shape": d.shape(), "ties": d.boolean()}
 
 
-_ARGMAX_EDGES = edges(
+_ARGMAX_EDGES = smp.edges(
     {"label": "ties (first maximum wins)", "shape": (6, 9), "ties": True},
     {"label": "long row", "shape": (2, 4097)},
     {"label": "width 1", "shape": (5, 1)},
@@ -94,23 +78,23 @@ _ARGMAX_EDGES = edges(
 )
 
 
-def _reduce_errors(op: str, fn: Any) -> tuple[ErrorSample, ...]:
+def _reduce_errors(op: str, fn: Any) -> tuple[smp.ErrorSample, ...]:
     return (
-        error(f"{op}_axis_out_of_range", op, lambda t: fn(t.f(2, 3), 2)),
-        error(f"{op}_repeated_axis", op, lambda t: fn(t.f(2, 3), (1, -1))),
-        error(f"{op}_index_dtype", op, lambda t: fn(t.i(4)), "index"),
+        smp.error(f"{op}_axis_out_of_range", op, lambda t: fn(t.f(2, 3), 2)),
+        smp.error(f"{op}_repeated_axis", op, lambda t: fn(t.f(2, 3), (1, -1))),
+        smp.error(f"{op}_index_dtype", op, lambda t: fn(t.i(4)), "index"),
     )
 
 
 SAMPLES = {
-    "sum": SampleSet(_reduce_samples("sum"), _reduce_errors("sum", sum)),
-    "max": SampleSet(_reduce_samples("max"), (
+    "sum": smp.SampleSet(_reduce_samples("sum"), _reduce_errors("sum", sum)),
+    "max": smp.SampleSet(_reduce_samples("max"), (
         *_reduce_errors("max", max),
-        error("max_empty_axis", "max", lambda t: max(t.f(3, 0), 1)),
+        smp.error("max_empty_axis", "max", lambda t: max(t.f(3, 0), 1)),
     )),
-    "argmax": SampleSet(
-        Samples(_build_argmax, _ARGMAX_EDGES, _draw_argmax, bench={"shape": (1024, 1024)}),
-        (error("argmax_empty_row", "argmax", lambda t: argmax(t.f(3, 0))),
-         error("argmax_0d", "argmax", lambda t: argmax(t.f()))),
+    "argmax": smp.SampleSet(
+        smp.Samples(_build_argmax, _ARGMAX_EDGES, _draw_argmax, bench={"shape": (1024, 1024)}),
+        (smp.error("argmax_empty_row", "argmax", lambda t: argmax(t.f(3, 0))),
+         smp.error("argmax_0d", "argmax", lambda t: argmax(t.f()))),
     ),
 }  # fmt: skip

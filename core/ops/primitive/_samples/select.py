@@ -5,25 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...samples import (
-    Arr,
-    Ctx,
-    Draw,
-    Example,
-    Params,
-    Samples,
-    SampleSet,
-    edges,
-    error,
-    grid,
-    label,
-    normal,
-    rng_of,
-    with_specials,
-)
+from ... import samples as smp
 from ..select import COMPARE_OPS, cast, compare, where
 
-EDGES = edges(
+EDGES = smp.edges(
     {"label": "size-1 axes", "shape": (1, 1, 1)},
     {"label": "odd sizes", "shape": (3, 67)},
     {"label": "0-d", "shape": ()},
@@ -37,35 +22,37 @@ EDGES = edges(
 _SPECIALS = (np.nan, np.inf, -np.inf, 0.0, -0.0)
 
 
-def _build_where(p: Params, ctx: Ctx) -> Example:
-    rng, s = rng_of(p), p["shape"]
+def _build_where(p: smp.Params, ctx: smp.Ctx) -> smp.Example:
+    rng, s = smp.rng_of(p), p["shape"]
     cond = (rng.random(s) < 0.5).astype(np.float64)
-    a, b = normal(rng, s), normal(rng, s)
+    a, b = smp.normal(rng, s), smp.normal(rng, s)
     if p.get("special"):  # NaN cond picks a, -0.0 picks b; NaN values pass through
-        cond = with_specials(cond, rng, np.nan, -0.0, 1.0, 0.0)
-        a, b = with_specials(a, rng, *_SPECIALS), with_specials(b, rng, *_SPECIALS)
-    args = [Arr(cond, "mask", p["layout"]), Arr(a), Arr(b, layout=p["layout"])]
-    return Example(label(p), args, params=p)
+        cond = smp.with_specials(cond, rng, np.nan, -0.0, 1.0, 0.0)
+        a, b = smp.with_specials(a, rng, *_SPECIALS), smp.with_specials(b, rng, *_SPECIALS)
+    args = [smp.Arr(cond, "mask", p["layout"]), smp.Arr(a), smp.Arr(b, layout=p["layout"])]
+    return smp.Example(smp.label(p), args, params=p)
 
 
-def _build_compare(p: Params, ctx: Ctx) -> Example:
-    rng, s = rng_of(p), p["shape"]
-    a, b = grid(rng, s), grid(rng, s)
+def _build_compare(p: smp.Params, ctx: smp.Ctx) -> smp.Example:
+    rng, s = smp.rng_of(p), p["shape"]
+    a, b = smp.grid(rng, s), smp.grid(rng, s)
     if p.get("special"):
-        a, b = with_specials(a, rng, *_SPECIALS), with_specials(b, rng, *_SPECIALS)
-    return Example(label(p), [Arr(a, layout=p["layout"]), Arr(b), p["cmp"]], params=p)
+        a, b = smp.with_specials(a, rng, *_SPECIALS), smp.with_specials(b, rng, *_SPECIALS)
+    return smp.Example(
+        smp.label(p), [smp.Arr(a, layout=p["layout"]), smp.Arr(b), p["cmp"]], params=p
+    )
 
 
-def _draw_compare(d: Draw) -> Params:
+def _draw_compare(d: smp.Draw) -> smp.Params:
     return {"shape": d.shape(), "cmp": d.choice(COMPARE_OPS)}
 
 
-def _draw_shape(d: Draw) -> Params:
+def _draw_shape(d: smp.Draw) -> smp.Params:
     return {"shape": d.shape()}
 
 
-def _build_cast(p: Params, ctx: Ctx) -> Example:
-    rng, s, to = rng_of(p), p["shape"], p["to"]
+def _build_cast(p: smp.Params, ctx: smp.Ctx) -> smp.Example:
+    rng, s, to = smp.rng_of(p), p["shape"], p["to"]
     others = [d for d in ctx.float_dtypes if d != ctx.dtype]
     if to == "other float" and not others:
         to = "index"
@@ -73,21 +60,23 @@ def _build_cast(p: Params, ctx: Ctx) -> Example:
         target = ctx.index_dtype(p["seed"])
         values = rng.uniform(-1000, 1000, s)
         if p.get("special"):
-            values = with_specials(values, rng, np.nan, np.inf, -np.inf, 3e9, -3e9, 1e19, -0.7)
-        x = Arr(values, layout=p["layout"])
+            values = smp.with_specials(values, rng, np.nan, np.inf, -np.inf, 3e9, -3e9, 1e19, -0.7)
+        x = smp.Arr(values, layout=p["layout"])
     elif to == "float from index":
         target = ctx.dtype
-        x = Arr(rng.integers(-1000, 1000, s), "index", p["layout"], ctx.index_dtype(p["seed"]))
+        x = smp.Arr(rng.integers(-1000, 1000, s), "index", p["layout"], ctx.index_dtype(p["seed"]))
     else:
         target = others[0]
-        values = normal(rng, s)
+        values = smp.normal(rng, s)
         if p.get("special"):
-            values = with_specials(values, rng, np.nan, np.inf, -np.inf, 1e40, 1e-50, -0.0)
-        x = Arr(values, layout=p["layout"])
-    return Example(f"{label(p)}, to {np.dtype(target).name}", [x, np.dtype(target)], params=p)
+            values = smp.with_specials(values, rng, np.nan, np.inf, -np.inf, 1e40, 1e-50, -0.0)
+        x = smp.Arr(values, layout=p["layout"])
+    return smp.Example(
+        f"{smp.label(p)}, to {np.dtype(target).name}", [x, np.dtype(target)], params=p
+    )
 
 
-def _draw_cast(d: Draw) -> Params:
+def _draw_cast(d: smp.Draw) -> smp.Params:
     return {"shape": d.shape(), "to": d.choice(("index", "float from index", "other float"))}
 
 
@@ -97,31 +86,31 @@ _CAST_EDGES = tuple(
 
 
 SAMPLES = {
-    "where": SampleSet(
-        Samples(_build_where, EDGES, _draw_shape, bench={"shape": (1024, 1024)}),
+    "where": smp.SampleSet(
+        smp.Samples(_build_where, EDGES, _draw_shape, bench={"shape": (1024, 1024)}),
         (
-            error("where_shapes", "where", lambda t: where(t.f(2, 3), t.f(2, 3), t.f(3, 2))),
-            error("where_mixed_devices", "where",
-                  lambda t: where(t.f(2), t.f(2), t.other_device(2))),
+            smp.error("where_shapes", "where", lambda t: where(t.f(2, 3), t.f(2, 3), t.f(3, 2))),
+            smp.error("where_mixed_devices", "where",
+                      lambda t: where(t.f(2), t.f(2), t.other_device(2))),
         ),
     ),
-    "compare": SampleSet(
-        Samples(
+    "compare": smp.SampleSet(
+        smp.Samples(
             _build_compare, tuple({**e, "cmp": c} for e in EDGES for c in ("eq", "lt", "ge", "ne")),
             _draw_compare, bench={"shape": (1024, 1024), "cmp": "lt"},
         ),
         (
-            error("compare_unknown_op", "compare", lambda t: compare(t.f(2), t.f(2), "<")),
-            error("compare_shapes", "compare", lambda t: compare(t.f(2, 3), t.f(3, 2), "lt")),
+            smp.error("compare_unknown_op", "compare", lambda t: compare(t.f(2), t.f(2), "<")),
+            smp.error("compare_shapes", "compare", lambda t: compare(t.f(2, 3), t.f(3, 2), "lt")),
         ),
     ),
-    "cast": SampleSet(
-        Samples(_build_cast, _CAST_EDGES, _draw_cast, needs_index=True,
-                bench={"shape": (1024, 1024), "to": "index"}),
+    "cast": smp.SampleSet(
+        smp.Samples(_build_cast, _CAST_EDGES, _draw_cast, needs_index=True,
+                    bench={"shape": (1024, 1024), "to": "index"}),
         (
-            error("cast_to_unsupported", "cast", lambda t: cast(t.f(2), t.unsupported_dtype()),
-                  "unsupported"),
-            error("cast_to_bool", "cast", lambda t: cast(t.f(2), np.bool_)),
+            smp.error("cast_to_unsupported", "cast", lambda t: cast(t.f(2), t.unsupported_dtype()),
+                      "unsupported"),
+            smp.error("cast_to_bool", "cast", lambda t: cast(t.f(2), np.bool_)),
         ),
     ),
 }  # fmt: skip

@@ -7,30 +7,17 @@ from typing import Any
 
 import numpy as np
 
-from ...samples import (
-    Arr,
-    Ctx,
-    Draw,
-    Example,
-    Params,
-    Samples,
-    SampleSet,
-    edges,
-    error,
-    label,
-    log_uniform,
-    normal,
-    rng_of,
-    with_specials,
-)
+from ... import samples as smp
 from .. import unary
 
 
-def elementwise_edges(empty: tuple[int, ...], vector: Params, *extra: Params) -> tuple[Params, ...]:
+def elementwise_edges(
+    empty: tuple[int, ...], vector: smp.Params, *extra: smp.Params
+) -> tuple[smp.Params, ...]:
     """Shapes every elementwise op meets (unary and binary): size-1 axes, odd sizes, a long
     row, 0-d, the op's ``empty`` shape, each layout, a stride-0 vector as large as its
     buffer (the op's ``vector`` layouts), the op's ``extra`` edges, then NaN and +-inf."""
-    return edges(
+    return smp.edges(
         {"label": "size-1 axes", "shape": (1, 1, 1)},
         {"label": "odd sizes", "shape": (3, 67)},
         {"label": "long row", "shape": (2, 4097)},
@@ -51,45 +38,45 @@ def elementwise_edges(empty: tuple[int, ...], vector: Params, *extra: Params) ->
 EDGES = elementwise_edges((4, 0), {"layout": "broadcast"})
 
 DOMAINS: dict[str, Any] = {
-    "neg": lambda r, s: normal(r, s, 3.0),
-    "exp": lambda r, s: normal(r, s, 3.0),
-    "log": lambda r, s: log_uniform(r, s, 1e-3, 1e3),
-    "sqrt": lambda r, s: log_uniform(r, s, 1e-4, 1e4),
-    "rsqrt": lambda r, s: log_uniform(r, s, 1e-4, 1e4),
-    "tanh": lambda r, s: normal(r, s, 3.0),
-    "abs": lambda r, s: normal(r, s, 3.0),
+    "neg": lambda r, s: smp.normal(r, s, 3.0),
+    "exp": lambda r, s: smp.normal(r, s, 3.0),
+    "log": lambda r, s: smp.log_uniform(r, s, 1e-3, 1e3),
+    "sqrt": lambda r, s: smp.log_uniform(r, s, 1e-4, 1e4),
+    "rsqrt": lambda r, s: smp.log_uniform(r, s, 1e-4, 1e4),
+    "tanh": lambda r, s: smp.normal(r, s, 3.0),
+    "abs": lambda r, s: smp.normal(r, s, 3.0),
 }
 #: Magnitudes that stress range reduction and overflow (exp past float32's 88.7 gives inf).
 LARGE = {"exp": 100.0, "tanh": 1e4, "neg": 1e30, "abs": 1e30}
 
 
-def samples(op: str) -> Samples:
+def samples(op: str) -> smp.Samples:
     gen = DOMAINS[op]
 
-    def build(p: Params, ctx: Ctx) -> Example:
-        rng = rng_of(p)
+    def build(p: smp.Params, ctx: smp.Ctx) -> smp.Example:
+        rng = smp.rng_of(p)
         value = gen(rng, p["shape"])
         if p.get("large"):
             value = rng.uniform(-LARGE[op], LARGE[op], p["shape"])
         if p.get("special"):
-            value = with_specials(value, rng, np.nan, np.inf, -np.inf, 0.0, -0.0)
-        return Example(label(p), [Arr(value, layout=p["layout"])], params=p)
+            value = smp.with_specials(value, rng, np.nan, np.inf, -np.inf, 0.0, -0.0)
+        return smp.Example(smp.label(p), [smp.Arr(value, layout=p["layout"])], params=p)
 
-    def draw(d: Draw) -> Params:
+    def draw(d: smp.Draw) -> smp.Params:
         return {"shape": d.shape(), "large": op in LARGE and d.boolean()}
 
-    extra: tuple[Params, ...] = ()
+    extra: tuple[smp.Params, ...] = ()
     if op in LARGE:
-        extra = edges({"label": f"large magnitude (+-{LARGE[op]:g})", "shape": (4, 33),
+        extra = smp.edges({"label": f"large magnitude (+-{LARGE[op]:g})", "shape": (4, 33),
                        "large": True})  # fmt: skip
-    return Samples(build, EDGES + extra, draw, bench={"shape": (1024, 1024)})
+    return smp.Samples(build, EDGES + extra, draw, bench={"shape": (1024, 1024)})
 
 
-def _sample_set(name: str) -> SampleSet:
+def _sample_set(name: str) -> smp.SampleSet:
     fn = getattr(unary, name)
-    return SampleSet(samples(name), (
-        error(f"{name}_of_index_dtype", name, lambda t: fn(t.i(3)), "index"),
-        error(f"{name}_of_list", name, lambda t: fn([1.0, 2.0])),
+    return smp.SampleSet(samples(name), (
+        smp.error(f"{name}_of_index_dtype", name, lambda t: fn(t.i(3)), "index"),
+        smp.error(f"{name}_of_list", name, lambda t: fn([1.0, 2.0])),
     ))  # fmt: skip
 
 
