@@ -123,13 +123,18 @@ static void *rift_alloc(size_t bytes) {
 /* -- GELU --------------------------------------------------------------------------- */
 /* tanh form as x * sigmoid(2u): 0.5(1 + tanh u) = sigmoid(2u) exactly, and the sigmoid
  * form neither cancels for negative x nor needs a tanh the compiler cannot vectorise. */
+#define RIFT_GELU_C ((T)0.7978845608028654) /* sqrt(2 / pi) */
+#define RIFT_GELU_A ((T)0.044715)
+/* The tanh form's argument u = sqrt(2/pi) (x + 0.044715 x^3), the forward's and the
+ * derivative's alike; a macro, so each loop compiles as it did with it written out. */
+#define RIFT_GELU_U(xi) (RIFT_GELU_C * ((xi) + RIFT_GELU_A * ((xi) * (xi) * (xi))))
+
 RIFT_CLONES static void F(gelu_chunk)(const T *x, T *y, int64_t n, int approx) {
-    const T c = (T)0.7978845608028654, a = (T)0.044715;
     if (approx) {
         RIFT_SIMD
         for (int64_t i = 0; i < n; i++) {
             T xi = x[i];
-            T u = c * (xi + a * (xi * xi * xi));
+            T u = RIFT_GELU_U(xi);
             y[i] = xi / ((T)1 + RIFT_EXP((T)-2 * u));
         }
     } else {
@@ -139,14 +144,13 @@ RIFT_CLONES static void F(gelu_chunk)(const T *x, T *y, int64_t n, int approx) {
 }
 
 RIFT_CLONES static void F(gelu_bwd_chunk)(const T *dy, const T *x, T *dx, int64_t n, int approx) {
-    const T c = (T)0.7978845608028654, a = (T)0.044715;
     if (approx) {
         RIFT_SIMD
         for (int64_t i = 0; i < n; i++) {
             T xi = x[i];
-            T u = c * (xi + a * (xi * xi * xi));
+            T u = RIFT_GELU_U(xi);
             T s = (T)1 / ((T)1 + RIFT_EXP((T)-2 * u)); /* 0.5 (1 + tanh u) */
-            T du = c * ((T)1 + (T)3 * a * xi * xi);
+            T du = RIFT_GELU_C * ((T)1 + (T)3 * RIFT_GELU_A * xi * xi);
             /* 0.5 x (1 - tanh^2 u) du = 2 x s (1 - s) du */
             dx[i] = dy[i] * (s + (T)2 * xi * s * ((T)1 - s) * du);
         }
@@ -179,21 +183,29 @@ void F(gelu_backward)(const T *dy, const T *x, T *dx, int64_t n, int approx) {
 }
 
 /* -- softmax ------------------------------------------------------------------------ */
+/* y[0..n) = exp(x - m) / sum for a row x whose max is m; y may be x. Softmax and attention's
+ * scaled softmax share it. A macro, so that the loops vectorise inside each caller's
+ * clone as they did written out there: the sum's order, and with it the bits, stay. */
+#define RIFT_EXP_NORMALIZE(x, y, n, m)                           \
+    do {                                                         \
+        T s_ = 0;                                                \
+        RIFT_SIMD_SUM(s_)                                        \
+        for (int64_t j_ = 0; j_ < (n); j_++) {                   \
+            T e_ = RIFT_EXP((x)[j_] - (m));                      \
+            (y)[j_] = e_;                                        \
+            s_ += e_;                                            \
+        }                                                        \
+        T inv_ = (T)1 / s_;                                      \
+        RIFT_SIMD                                                \
+        for (int64_t j_ = 0; j_ < (n); j_++) (y)[j_] *= inv_;    \
+    } while (0)
+
 /* y = exp(x - max) / sum. An all -inf row gives (-inf) - (-inf) = NaN, as the math says. */
 RIFT_CLONES static void F(softmax_row)(const T *x, T *y, int64_t n) {
     T m = -INFINITY;
     RIFT_SIMD_MAX(m)
     for (int64_t j = 0; j < n; j++) m = x[j] > m ? x[j] : m;
-    T s = 0;
-    RIFT_SIMD_SUM(s)
-    for (int64_t j = 0; j < n; j++) {
-        T e = RIFT_EXP(x[j] - m);
-        y[j] = e;
-        s += e;
-    }
-    T inv = (T)1 / s;
-    RIFT_SIMD
-    for (int64_t j = 0; j < n; j++) y[j] *= inv;
+    RIFT_EXP_NORMALIZE(x, y, n, m);
 }
 
 RIFT_CLONES static void F(softmax_bwd_row)(const T *dy, const T *y, T *dx, int64_t n) {
@@ -263,9 +275,18 @@ RIFT_CLONES static void F(ln_bwd_rows)(const T *dy, const T *x, const T *g, cons
     }
 }
 
-/* Returns 0, or -1 when scratch memory could not be allocated. */
-int F(layer_norm_backward)(const T *dy, const T *x, const T *g, const T *mean, const T *rstd,
-                           T *dx, T *dg, T *db, int64_t rows, int64_t cols) {
+/* The residual add of add_layer_norm, a loop of its own: never contracted into a
+ * neighbouring product (an FMA would round differently from the unfused add). */
+RIFT_CLONES static void F(add_row)(const T *a, const T *b, T *out, int64_t n) {
+    RIFT_SIMD
+    for (int64_t j = 0; j < n; j++) out[j] = a[j] + b[j];
+}
+
+/* dx (or, with ds, dsum = ds + dx, each block folded before the next: add_layer_norm's
+ * backward) and dgamma, dbeta from per-block partials summed pairwise (colsum). Returns 0,
+ * or -1 when scratch memory could not be allocated. */
+static int F(ln_backward)(const T *dy, const T *x, const T *g, const T *mean, const T *rstd,
+                          const T *ds, T *dx, T *dg, T *db, int64_t rows, int64_t cols) {
     int64_t blocks = (rows + RIFT_LN_ROWS - 1) / RIFT_LN_ROWS;
     if (blocks == 0) blocks = 1;
     T *part = (T *)rift_alloc(sizeof(T) * (size_t)(2 * blocks * cols));
@@ -276,11 +297,17 @@ int F(layer_norm_backward)(const T *dy, const T *x, const T *g, const T *mean, c
         int64_t lo = k * RIFT_LN_ROWS, hi = lo + RIFT_LN_ROWS < rows ? lo + RIFT_LN_ROWS : rows;
         F(ln_bwd_rows)(dy, x, g, mean, rstd, dx, part + 2 * k * cols, part + (2 * k + 1) * cols,
                        lo, hi, cols);
+        if (ds) F(add_row)(ds + lo * cols, dx + lo * cols, dx + lo * cols, (hi - lo) * cols);
     }
-    int status = F(colsum)(part, blocks, cols, 2 * cols, dg); /* pairwise over the blocks */
+    int status = F(colsum)(part, blocks, cols, 2 * cols, dg);
     status |= F(colsum)(part + cols, blocks, cols, 2 * cols, db);
     free(part);
     return status;
+}
+
+int F(layer_norm_backward)(const T *dy, const T *x, const T *g, const T *mean, const T *rstd,
+                           T *dx, T *dg, T *db, int64_t rows, int64_t cols) {
+    return F(ln_backward)(dy, x, g, mean, rstd, NULL, dx, dg, db, rows, cols);
 }
 
 /* -- embedding ---------------------------------------------------------------------- */
@@ -375,4 +402,8 @@ void F(cross_entropy_backward)(const T *dloss, int64_t dloss_stride, const T *lo
 
 #undef T
 #undef F
+#undef RIFT_GELU_C
+#undef RIFT_GELU_A
+#undef RIFT_GELU_U
+#undef RIFT_EXP_NORMALIZE
 #endif

@@ -120,16 +120,7 @@ RIFT_CLONES static void F(scaled_softmax)(T *s, int64_t n, int64_t full, T scale
         s[j] *= scale;
         m = s[j] > m ? s[j] : m;
     }
-    T sum = 0;
-    RIFT_SIMD_SUM(sum)
-    for (int64_t j = 0; j < n; j++) {
-        T e = RIFT_EXP(s[j] - m);
-        s[j] = e;
-        sum += e;
-    }
-    T inv = (T)1 / sum;
-    RIFT_SIMD
-    for (int64_t j = 0; j < n; j++) s[j] *= inv;
+    RIFT_EXP_NORMALIZE(s, s, n, m);
     for (int64_t j = n; j < full; j++) s[j] = 0;
 }
 
