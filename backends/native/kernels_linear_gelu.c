@@ -39,8 +39,8 @@ void F(linear_gelu)(void *fn, int ta, int tb, int64_t M, int64_t N, int64_t K, c
 /* Backward: dH = dY * gelu'(H) into the caller's scratch dH [M x N] (dense), then
  * linear_backward's three products on dH, all in one parallel region (one wake-up of the
  * team instead of two): the threads split the rows of the elementwise pass, meet at its
- * barrier, then share the products and column sums as linear_backward does. Returns 0, or
- * -1 when the column sums could not allocate their scratch. */
+ * barrier, then share the products and column sums (linear_backward_parts). Returns 0,
+ * or -1 when the column sums could not allocate their scratch. */
 int F(linear_gelu_backward)(void *fn, int64_t M, int64_t N, int64_t K, const T *X, int64_t ldx,
                             const T *W, int64_t ldw, const T *dY, int64_t ldy, const T *H,
                             int64_t ldh, T *dH, T *dX, T *dW, T *db, int approx) {
@@ -55,17 +55,8 @@ int F(linear_gelu_backward)(void *fn, int64_t M, int64_t N, int64_t K, const T *
         RIFT_PRAGMA(omp for schedule(static))
         for (int64_t i = 0; i < M; i++) /* implicit barrier: the products read all of dH */
             F(gelu_bwd_chunk)(dY + i * ldy, H + i * ldh, dH + i * N, N, approx);
-        RIFT_PRAGMA(omp for schedule(static) nowait)
-        for (int64_t c = 0; c < px; c++) /* dX = dH W^T */
-            F(gemm_part)(gemm, c, px, cols_x, 0, 1, M, K, N, dH, N, W, ldw, dX, K, NULL);
-        RIFT_PRAGMA(omp for schedule(static) nowait)
-        for (int64_t c = 0; c < pw; c++) /* dW = X^T dH */
-            F(gemm_part)(gemm, c, pw, cols_w, 1, 0, K, N, M, X, ldx, dH, N, dW, N, NULL);
-        RIFT_PRAGMA(omp for schedule(dynamic, 1) nowait)
-        for (int64_t g = 0; g < groups; g++) {
-            int64_t j0 = g * RIFT_SUM_COLS, j1 = j0 + RIFT_SUM_COLS < N ? j0 + RIFT_SUM_COLS : N;
-            status |= F(colsum_range)(dH, M, N, j0, j1, db);
-        }
+        status |= F(linear_backward_parts)(gemm, M, N, K, X, ldx, W, ldw, dH, N, dX, dW, db, px,
+                                           cols_x, pw, cols_w, groups);
     }
     return status;
 }
