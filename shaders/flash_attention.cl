@@ -41,6 +41,18 @@ INLINE void fa_stage(LOCAL_PTR T* t, GLOBAL const T* x, FaRows at, int r0, int n
     }
 }
 
+/* Swap the group's two streamed tiles for rows r0 .. r0 + n - 1 of x (into tx) and of y
+ * (into ty): the first barrier waits until every thread is done with the old tiles, the
+ * second until the new ones are whole. Every thread of the group calls it. */
+INLINE void fa_restage(LOCAL_PTR T* tx, GLOBAL const T* x, FaRows ax, LOCAL_PTR T* ty,
+                       GLOBAL const T* y, FaRows ay, int r0, int n, int D, int Tn, int lid,
+                       int gsize) {
+    BARRIER();
+    fa_stage(tx, x, ax, r0, n, D, Tn, lid, gsize);
+    fa_stage(ty, y, ay, r0, n, D, Tn, lid, gsize);
+    BARRIER();
+}
+
 /* Zero rows r0 .. r0 + n - 1 (those below Tn) of one head's rows. */
 INLINE void fa_zero(GLOBAL T* x, FaRows at, int r0, int n, int D, int Tn, int lid, int gsize) {
     for (int e = lid; e < n * D; e += gsize) {
@@ -98,6 +110,23 @@ INLINE FaGrad fa_grad(LOCAL_PTR const T* qi, LOCAL_PTR const T* kj, LOCAL_PTR co
     return g;
 }
 
+/* g = (P, dS) of entry e of a backward kernel's score tile, query-major with nk keys a
+ * row: query i = i0 + r against key j = j0 + c (e = r * nk + c), their rows in the tiles
+ * qs, dos and ks, vs; zero where i does not see j. Both backward kernels cut their tiles
+ * so, with the query and key sides swapped between the block and the stream. A macro, as
+ * the kernels wrote it (it declares r, c, i, j and g and reads D, Tn, causal, scale, lse,
+ * drow and b), so their arithmetic stays that of the written-out loop. */
+#define FA_GRAD_CELL(g, e, nk, i0, j0, qs, ks, dos, vs)                                   \
+    int r = (e) / (nk);                                                                    \
+    int c = (e) - r * (nk);                                                                \
+    int i = (i0) + r;                                                                      \
+    int j = (j0) + c;                                                                      \
+    FaGrad g = fa_no_grad();                                                               \
+    if (fa_visible(i, j, Tn, causal)) {                                                    \
+        g = fa_grad((qs) + r * D, (ks) + c * D, (dos) + r * D, (vs) + c * D, D, scale,    \
+                    lse[b.rbase + i], drow[b.rbase + i]);                                  \
+    }
+
 KERNEL void flash_forward(GLOBAL T* out ARG(0), GLOBAL T* lse ARG(1), GLOBAL const T* q ARG(2),
                           GLOBAL const T* k ARG(3), GLOBAL const T* v ARG(4),
                           GLOBAL const int* P ARG(5), GLOBAL const T* F ARG(6) THREAD_ARGS) {
@@ -127,10 +156,7 @@ KERNEL void flash_forward(GLOBAL T* out ARG(0), GLOBAL T* lse ARG(1), GLOBAL con
         int q_end = q0 + BQ < Tn ? q0 + BQ : Tn;
         int k_end = causal ? q_end : Tn;
         for (int k0 = 0; k0 < k_end; k0 += BK) {
-            BARRIER();
-            fa_stage(kt, k, b.k, k0, BK, D, Tn, LID, GROUP_SIZE);
-            fa_stage(vt, v, b.v, k0, BK, D, Tn, LID, GROUP_SIZE);
-            BARRIER();
+            fa_restage(kt, k, b.k, vt, v, b.v, k0, BK, D, Tn, LID, GROUP_SIZE);
             for (int e = LID; e < BQ * BK; e += GROUP_SIZE) {
                 int r = e / BK;
                 int c = e - r * BK;
@@ -251,20 +277,9 @@ KERNEL void flash_backward_dkdv(GLOBAL T* dk ARG(0), GLOBAL T* dv ARG(1), GLOBAL
         fa_zero(dv, b.v, k0, BR, D, Tn, LID, GROUP_SIZE);
         int i_start = causal ? (k0 / BC) * BC : 0;
         for (int i0 = i_start; i0 < Tn; i0 += BC) {
-            BARRIER();
-            fa_stage(qt, q, b.q, i0, BC, D, Tn, LID, GROUP_SIZE);
-            fa_stage(dot_t, dout, b.o, i0, BC, D, Tn, LID, GROUP_SIZE);
-            BARRIER();
+            fa_restage(qt, q, b.q, dot_t, dout, b.o, i0, BC, D, Tn, LID, GROUP_SIZE);
             for (int e = LID; e < BC * BR; e += GROUP_SIZE) {
-                int r = e / BR;
-                int c = e - r * BR;
-                int i = i0 + r;
-                int j = k0 + c;
-                FaGrad g = fa_no_grad();
-                if (fa_visible(i, j, Tn, causal)) {
-                    g = fa_grad(qt + r * D, kb + c * D, dot_t + r * D, vb + c * D, D, scale,
-                                lse[b.rbase + i], drow[b.rbase + i]);
-                }
+                FA_GRAD_CELL(g, e, BR, i0, k0, qt, kb, dot_t, vb);
                 pt[e] = g.p;
                 dst[e] = g.ds;
             }
@@ -313,20 +328,9 @@ KERNEL void flash_backward_dq(GLOBAL T* dq ARG(0), GLOBAL const T* q ARG(1),
         int q_end = q0 + BR < Tn ? q0 + BR : Tn;
         int k_end = causal ? q_end : Tn;
         for (int k0 = 0; k0 < k_end; k0 += BC) {
-            BARRIER();
-            fa_stage(kt, k, b.k, k0, BC, D, Tn, LID, GROUP_SIZE);
-            fa_stage(vt, v, b.v, k0, BC, D, Tn, LID, GROUP_SIZE);
-            BARRIER();
+            fa_restage(kt, k, b.k, vt, v, b.v, k0, BC, D, Tn, LID, GROUP_SIZE);
             for (int e = LID; e < BR * BC; e += GROUP_SIZE) {
-                int r = e / BC;
-                int c = e - r * BC;
-                int i = q0 + r;
-                int j = k0 + c;
-                FaGrad g = fa_no_grad();
-                if (fa_visible(i, j, Tn, causal)) {
-                    g = fa_grad(qb + r * D, kt + c * D, dob + r * D, vt + c * D, D, scale,
-                                lse[b.rbase + i], drow[b.rbase + i]);
-                }
+                FA_GRAD_CELL(g, e, BC, q0, k0, qb, kt, dob, vt);
                 dst[e] = g.ds;
             }
             BARRIER();

@@ -150,6 +150,17 @@ INLINE void fc_exp_row_double(__private double* x) {
         }                                                                            \
     }
 
+/* Block b's head as the row kernels stream it: q, k, v from qb, kb, vb (row stride ld)
+ * and, in the backward, dout from dob (row stride old). */
+#define FC_QKV_ROWS(b)                          \
+    int ld = P[FLASH_P_ROW_STRIDE];             \
+    GLOBAL const T* qb = q + (b).q.base;        \
+    GLOBAL const T* kb = k + (b).k.base;        \
+    GLOBAL const T* vb = v + (b).v.base
+#define FC_DOUT_ROWS(b)                         \
+    int old = P[FLASH_P_OUT_ROW_STRIDE];        \
+    GLOBAL const T* dob = dout + (b).o.base
+
 /* FC_R query rows per thread: online softmax over key tiles, output rows in private arrays. */
 KERNEL void flash_forward_rows(GLOBAL T* out ARG(0), GLOBAL T* lse ARG(1),
                                GLOBAL const T* q ARG(2), GLOBAL const T* k ARG(3),
@@ -161,10 +172,7 @@ KERNEL void flash_forward_rows(GLOBAL T* out ARG(0), GLOBAL T* lse ARG(1),
     for (int blk = GID; blk < BH * nb; blk += GLOBAL_SIZE) {
         FaBlock b = fa_block(P, blk, nb, FC_R);
         int i0 = b.r0;
-        int ld = P[FLASH_P_ROW_STRIDE];
-        GLOBAL const T* qb = q + b.q.base;
-        GLOBAL const T* kb = k + b.k.base;
-        GLOBAL const T* vb = v + b.v.base;
+        FC_QKV_ROWS(b);
         int qi[FC_R];
         int kend[FC_R];
         T m[FC_R];
@@ -239,11 +247,8 @@ KERNEL void flash_backward_dq_rows(GLOBAL T* dq ARG(0), GLOBAL const T* q ARG(1)
         FaBlock b = fa_block(P, blk, nb, FC_R);
         int i0 = b.r0;
         long rbase = b.rbase;
-        int ld = P[FLASH_P_ROW_STRIDE], old = P[FLASH_P_OUT_ROW_STRIDE];
-        GLOBAL const T* qb = q + b.q.base;
-        GLOBAL const T* dob = dout + b.o.base;
-        GLOBAL const T* kb = k + b.k.base;
-        GLOBAL const T* vb = v + b.v.base;
+        FC_QKV_ROWS(b);
+        FC_DOUT_ROWS(b);
         int qi[FC_R];
         int kend[FC_R];
         T li[FC_R];
@@ -313,11 +318,8 @@ KERNEL void flash_backward_dkdv_rows(GLOBAL T* dk ARG(0), GLOBAL T* dv ARG(1),
         FaBlock b = fa_block(P, blk, nb, FC_R);
         int j0 = b.r0;
         long rbase = b.rbase;
-        int ld = P[FLASH_P_ROW_STRIDE], old = P[FLASH_P_OUT_ROW_STRIDE];
-        GLOBAL const T* qb = q + b.q.base;
-        GLOBAL const T* dob = dout + b.o.base;
-        GLOBAL const T* kb = k + b.k.base;
-        GLOBAL const T* vb = v + b.v.base;
+        FC_QKV_ROWS(b);
+        FC_DOUT_ROWS(b);
         int kj[FC_R];
         T one[FC_R];
         UNROLL for (int r = 0; r < FC_R; r++) {

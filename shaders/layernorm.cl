@@ -12,6 +12,56 @@
 
 #include "rows.h"
 
+/* Each LayerNorm row kernel and its add_layer_norm twin share their row arithmetic through
+ * these macros rather than helper functions: expanded in place, both compile to the
+ * operations they had when written out, fast math included (a helper function once changed
+ * the bits there). They read the names the row kernels declare alike: buf, rt, row,
+ * active, base, C, and the kernel's buffers (y, gamma, beta, mean, rstd, eps; dy).
+ *
+ * Forward, once each lane holds its part of the row's sum in acc: the mean, the variance
+ * of the centred entries of src (a second pass), rstd, then y and the saved mean, rstd. */
+#define LN_NORMALIZE_ROW(src, acc)                                              \
+    T mu = rt_team_sum(buf, acc, rt) / (T)C;                                    \
+    acc = (T)0.0;                                                               \
+    if (active) {                                                               \
+        for (int j = rt.tl; j < C; j += rt.tw) {                                \
+            T d = (src)[base + j] - mu;                                         \
+            acc += d * d;                                                       \
+        }                                                                       \
+    }                                                                           \
+    T var = rt_team_sum(buf, acc, rt) / (T)C;                                   \
+    T r = (T)1.0 / PRECISE_SQRT(var + eps);                                     \
+    if (active) {                                                               \
+        for (int j = rt.tl; j < C; j += rt.tw) {                                \
+            y[base + j] = ((src)[base + j] - mu) * r * gamma[j] + beta[j];      \
+        }                                                                       \
+        if (rt.tl == 0) {                                                       \
+            mean[row] = mu;                                                     \
+            rstd[row] = r;                                                      \
+        }                                                                       \
+    }
+
+/* The backward kernels' row means (same names, with dy): mu and r loaded, then
+ * mean_g = mean(g) and mean_gx = mean(g * xhat) with g = dy * gamma, xhat of src. */
+#define LN_BACKWARD_ROW_MEANS(src)                                              \
+    T mu = active ? mean[row] : (T)0.0;                                         \
+    T r = active ? rstd[row] : (T)0.0;                                          \
+    T acc_g = (T)0.0;                                                           \
+    T acc_gx = (T)0.0;                                                          \
+    if (active) {                                                               \
+        for (int j = rt.tl; j < C; j += rt.tw) {                                \
+            T g = dy[base + j] * gamma[j];                                      \
+            acc_g += g;                                                         \
+            acc_gx += g * ((src)[base + j] - mu) * r;                           \
+        }                                                                       \
+    }                                                                           \
+    T mean_g = rt_team_sum(buf, acc_g, rt) / (T)C;                              \
+    T mean_gx = rt_team_sum(buf, acc_gx, rt) / (T)C
+
+/* dx of column j from its xhat; the caller keeps it a statement of its own (a wider
+ * expression could be contracted differently). */
+#define LN_DX(xhat) r * (dy[base + j] * gamma[j] - mean_g - (xhat) * mean_gx)
+
 KERNEL void layer_norm_forward(GLOBAL T* y ARG(0), GLOBAL T* mean ARG(1), GLOBAL T* rstd ARG(2),
                                GLOBAL const T* x ARG(3), GLOBAL const T* gamma ARG(4),
                                GLOBAL const T* beta ARG(5), GLOBAL const int* P ARG(6),
@@ -31,25 +81,7 @@ KERNEL void layer_norm_forward(GLOBAL T* y ARG(0), GLOBAL T* mean ARG(1), GLOBAL
                 acc += x[base + j];
             }
         }
-        T mu = rt_team_sum(buf, acc, rt) / (T)C;
-        acc = (T)0.0;
-        if (active) {
-            for (int j = rt.tl; j < C; j += rt.tw) {
-                T d = x[base + j] - mu;
-                acc += d * d;
-            }
-        }
-        T var = rt_team_sum(buf, acc, rt) / (T)C;
-        T r = (T)1.0 / PRECISE_SQRT(var + eps);
-        if (active) {
-            for (int j = rt.tl; j < C; j += rt.tw) {
-                y[base + j] = (x[base + j] - mu) * r * gamma[j] + beta[j];
-            }
-            if (rt.tl == 0) {
-                mean[row] = mu;
-                rstd[row] = r;
-            }
-        }
+        LN_NORMALIZE_ROW(x, acc);
     }
 }
 
@@ -66,23 +98,11 @@ KERNEL void layer_norm_backward_dx(GLOBAL T* dx ARG(0), GLOBAL const T* dy ARG(1
         int row = r0 + rt.team;
         int active = rt_active(rt, row, rows);
         long base = (long)row * C;
-        T mu = active ? mean[row] : (T)0.0;
-        T r = active ? rstd[row] : (T)0.0;
-        T acc_g = (T)0.0;
-        T acc_gx = (T)0.0;
-        if (active) {
-            for (int j = rt.tl; j < C; j += rt.tw) {
-                T g = dy[base + j] * gamma[j];
-                acc_g += g;
-                acc_gx += g * (x[base + j] - mu) * r;
-            }
-        }
-        T mean_g = rt_team_sum(buf, acc_g, rt) / (T)C;
-        T mean_gx = rt_team_sum(buf, acc_gx, rt) / (T)C;
+        LN_BACKWARD_ROW_MEANS(x);
         if (active) {
             for (int j = rt.tl; j < C; j += rt.tw) {
                 T xhat = (x[base + j] - mu) * r;
-                dx[base + j] = r * (dy[base + j] * gamma[j] - mean_g - xhat * mean_gx);
+                dx[base + j] = LN_DX(xhat);
             }
         }
     }
@@ -112,25 +132,7 @@ KERNEL void add_layer_norm_forward(GLOBAL T* s ARG(0), GLOBAL T* y ARG(1), GLOBA
                 acc += v;
             }
         }
-        T mu = rt_team_sum(buf, acc, rt) / (T)C;
-        acc = (T)0.0;
-        if (active) {
-            for (int j = rt.tl; j < C; j += rt.tw) {
-                T d = s[base + j] - mu;
-                acc += d * d;
-            }
-        }
-        T var = rt_team_sum(buf, acc, rt) / (T)C;
-        T r = (T)1.0 / PRECISE_SQRT(var + eps);
-        if (active) {
-            for (int j = rt.tl; j < C; j += rt.tw) {
-                y[base + j] = (s[base + j] - mu) * r * gamma[j] + beta[j];
-            }
-            if (rt.tl == 0) {
-                mean[row] = mu;
-                rstd[row] = r;
-            }
-        }
+        LN_NORMALIZE_ROW(s, acc);
     }
 }
 
@@ -149,23 +151,11 @@ KERNEL void add_layer_norm_backward_dx(GLOBAL T* dsum ARG(0), GLOBAL const T* dy
         int row = r0 + rt.team;
         int active = rt_active(rt, row, rows);
         long base = (long)row * C;
-        T mu = active ? mean[row] : (T)0.0;
-        T r = active ? rstd[row] : (T)0.0;
-        T acc_g = (T)0.0;
-        T acc_gx = (T)0.0;
-        if (active) {
-            for (int j = rt.tl; j < C; j += rt.tw) {
-                T g = dy[base + j] * gamma[j];
-                acc_g += g;
-                acc_gx += g * (s[base + j] - mu) * r;
-            }
-        }
-        T mean_g = rt_team_sum(buf, acc_g, rt) / (T)C;
-        T mean_gx = rt_team_sum(buf, acc_gx, rt) / (T)C;
+        LN_BACKWARD_ROW_MEANS(s);
         if (active) {
             for (int j = rt.tl; j < C; j += rt.tw) {
                 T xhat = (s[base + j] - mu) * r;
-                T dx = r * (dy[base + j] * gamma[j] - mean_g - xhat * mean_gx);
+                T dx = LN_DX(xhat);
                 dsum[base + j] = ds[base + j] + dx;
             }
         }
