@@ -35,6 +35,7 @@ SOURCES = (
     "kernels_optim.c",
     "kernels_norm.c",
     "kernels_linear_gelu.c",
+    "kernels_tile.c",
 )
 #: -fno-math-errno lets sqrt vectorise and -fno-trapping-math lets GCC if-convert the
 #: branch-free exp (selects instead of jumps); neither changes a result (Python never

@@ -88,6 +88,8 @@ static void *rift_alloc(size_t bytes) {
     return p;
 }
 
+#include "kernels_tile.c" /* the float register tile of attention's products */
+
 #define RIFT_T float
 #define RIFT_SFX(name) name##_f32
 #define RIFT_EXP(x) rift_expf(x)

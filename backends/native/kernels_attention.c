@@ -43,10 +43,19 @@ RIFT_CLONES static void F(gemm_edge)(int64_t M, int64_t j0, int64_t N, int64_t K
 RIFT_CLONES static void F(gemm)(int64_t M, int64_t N, int64_t K, const T *A, int64_t ai,
                                 int64_t ak, const T *B, int64_t ldb, T *C, int64_t ldc,
                                 int accumulate) {
+#ifdef RIFT_TILE_F32
+    const int tile = sizeof(T) == 4 && rift_tile_ok(); /* kernels_tile.c: same bits */
+#endif
     int64_t i = 0;
     for (; i + RIFT_MR <= M; i += RIFT_MR) {
         const T *a0 = A + i * ai, *a1 = a0 + ai, *a2 = a1 + ai, *a3 = a2 + ai;
         int64_t j = 0;
+#ifdef RIFT_TILE_F32
+        if (tile)
+            for (; j + RIFT_NR <= N; j += RIFT_NR)
+                rift_tile4x16_f32(K, (const float *)a0, ai, ak, (const float *)(B + j), ldb,
+                                  (float *)(C + i * ldc + j), ldc, accumulate);
+#endif
         for (; j + RIFT_NR <= N; j += RIFT_NR) {
             T c0[RIFT_NR], c1[RIFT_NR], c2[RIFT_NR], c3[RIFT_NR];
             for (int jj = 0; jj < RIFT_NR; jj++) c0[jj] = c1[jj] = c2[jj] = c3[jj] = 0;
@@ -82,6 +91,14 @@ RIFT_CLONES static void F(gemm)(int64_t M, int64_t N, int64_t K, const T *A, int
     }
     if (i < M)
         F(gemm_edge)(M - i, 0, N, K, A + i * ai, ai, ak, B, ldb, C + i * ldc, ldc, accumulate);
+}
+
+/* out[j * D + d] = x[j * xt + d]: one head's rows of a strided [T, D] view made dense, so
+ * a product that walks them row by row (the B side of the register tile) reads one
+ * contiguous block instead of n rows a whole qkv row apart (3 KB at width 256): the tile
+ * stalled on those loads. */
+static void F(dense_rows)(const T *x, int64_t xt, T *out, int64_t n, int64_t D) {
+    for (int64_t j = 0; j < n; j++) memcpy(out + j * D, x + j * xt, sizeof(T) * (size_t)D);
 }
 
 static void F(transpose)(const T *x, int64_t xt, T *out, int64_t n, int64_t D) {
@@ -139,17 +156,17 @@ int F(attention)(const T *q, const T *k, const T *v, const int64_t *st, T *out,
     int failed = 0;
     RIFT_PRAGMA(omp parallel if (B * H * Tn * Tn * D > RIFT_PAR_MIN))
     {
-        T *kt = (T *)rift_alloc(sizeof(T) * (size_t)(D * Tn));
+        T *kt = (T *)rift_alloc(sizeof(T) * (size_t)(2 * D * Tn));
         if (!kt) failed = 1;
         RIFT_PRAGMA(omp for schedule(static))
         for (int64_t bh = 0; bh < B * H; bh++) {
             if (!kt) continue;
             int64_t b = bh / H, h = bh % H;
             const T *qb = RIFT_AT(q, st, b, h), *kb = RIFT_AT(k, st + 3, b, h);
-            const T *vb = RIFT_AT(v, st + 6, b, h);
-            T *ob = RIFT_AT(out, ost, b, h), *pb = probs + bh * Tn * Tn;
+            T *ob = RIFT_AT(out, ost, b, h), *pb = probs + bh * Tn * Tn, *vb = kt + D * Tn;
             int64_t lo = ost[2];
             F(transpose)(kb, st[5], kt, Tn, D);
+            F(dense_rows)(RIFT_AT(v, st + 6, b, h), st[8], vb, Tn, D);
             for (int64_t i0 = 0; i0 < Tn; i0 += RIFT_MR) {
                 int64_t m = F(min64)(RIFT_MR, Tn - i0);
                 int64_t cols = causal ? F(pad_cols)(i0 + m, Tn) : Tn;
@@ -157,7 +174,7 @@ int F(attention)(const T *q, const T *k, const T *v, const int64_t *st, T *out,
                 F(gemm)(m, cols, D, qb + i0 * st[2], st[2], 1, kt, Tn, p, Tn, 0);
                 for (int64_t r = 0; r < m; r++)
                     F(scaled_softmax)(p + r * Tn, causal ? i0 + r + 1 : Tn, Tn, (T)scale);
-                F(gemm)(m, D, cols, p, Tn, 1, vb, st[8], ob + i0 * lo, lo, 0);
+                F(gemm)(m, D, cols, p, Tn, 1, vb, D, ob + i0 * lo, lo, 0);
             }
         }
         free(kt);
@@ -180,22 +197,26 @@ int F(attention_backward)(const T *dout, const T *q, const T *k, const T *v, con
     int failed = 0;
     RIFT_PRAGMA(omp parallel if (B * H * Tn * Tn * D > RIFT_PAR_MIN))
     {
-        T *vt = (T *)rift_alloc(sizeof(T) * (size_t)(D * Tn + Tn * Tn));
+        T *vt = (T *)rift_alloc(sizeof(T) * (size_t)(4 * D * Tn + Tn * Tn));
         if (!vt) failed = 1;
         RIFT_PRAGMA(omp for schedule(static))
         for (int64_t bh = 0; bh < B * H; bh++) {
             if (!vt) continue;
             int64_t b = bh / H, h = bh % H;
-            const T *dob = RIFT_AT(dout, st, b, h), *qb = RIFT_AT(q, st + 3, b, h);
-            const T *kb = RIFT_AT(k, st + 6, b, h), *vb = RIFT_AT(v, st + 9, b, h);
-            int64_t dt = st[2], qt = st[5], kst = st[8];
+            const T *vb = RIFT_AT(v, st + 9, b, h);
+            /* dO, Q and K are the B side of products below: dense copies (dense_rows) */
+            T *dob = vt + D * Tn, *qb = dob + D * Tn, *kb = qb + D * Tn;
+            const int64_t dt = D, qt = D, kst = D;
             const T *pb = probs + bh * Tn * Tn;
             T *dqb = RIFT_AT(dq, ost, b, h), *dkb = RIFT_AT(dk, ost + 3, b, h);
             T *dvb = RIFT_AT(dv, ost + 6, b, h);
             int64_t lq = ost[2], lk = ost[5], lv = ost[8];
-            T *ds = vt + D * Tn;
+            T *ds = kb + D * Tn;
             int tri = F(lower_triangular)(pb, Tn);
             F(transpose)(vb, st[11], vt, Tn, D);
+            F(dense_rows)(RIFT_AT(dout, st, b, h), st[2], dob, Tn, D);
+            F(dense_rows)(RIFT_AT(q, st + 3, b, h), st[5], qb, Tn, D);
+            F(dense_rows)(RIFT_AT(k, st + 6, b, h), st[8], kb, Tn, D);
             for (int64_t j0 = 0; j0 < Tn; j0 += RIFT_MR) { /* dV = P^T dO */
                 int64_t m = F(min64)(RIFT_MR, Tn - j0), k0 = tri ? j0 : 0;
                 F(gemm)(m, D, Tn - k0, pb + k0 * Tn + j0, 1, Tn, dob + k0 * dt, dt,
@@ -321,7 +342,8 @@ int F(flash_attention)(const T *q, const T *k, const T *v, const int64_t *st, T 
     int failed = 0;
     RIFT_PRAGMA(omp parallel if (B * H * Tn * Tn * D > RIFT_PAR_MIN))
     {
-        T *kt = (T *)rift_alloc(sizeof(T) * (size_t)(D * lk + RIFT_QB * (BK + RIFT_NR + 1)));
+        T *kt = (T *)rift_alloc(sizeof(T) *
+                                (size_t)(D * lk + RIFT_QB * (BK + RIFT_NR + 1) + Tn * D));
         if (!kt) failed = 1;
         else /* the chunk padding of a score row is read (then masked): keep it defined */
             memset(kt + D * lk, 0, sizeof(T) * (size_t)(RIFT_QB * BK));
@@ -330,11 +352,12 @@ int F(flash_attention)(const T *q, const T *k, const T *v, const int64_t *st, T 
             if (!kt) continue;
             int64_t b = bh / H, h = bh % H;
             const T *qb = RIFT_AT(q, st, b, h), *kb = RIFT_AT(k, st + 3, b, h);
-            const T *vb = RIFT_AT(v, st + 6, b, h);
-            int64_t qt = st[2], vst = st[8], lo = ost[2];
+            int64_t qt = st[2], vst = D, lo = ost[2];
             T *ob = RIFT_AT(out, ost, b, h);
             T *s = kt + D * lk, *lanes = s + RIFT_QB * BK, *mx = lanes + RIFT_QB * RIFT_NR;
+            T *vb = mx + RIFT_QB; /* V dense (dense_rows): the B side of P V */
             F(transpose_ld)(kb, st[5], kt, lk, Tn, D);
+            F(dense_rows)(RIFT_AT(v, st + 6, b, h), st[8], vb, Tn, D);
             for (int64_t i0 = 0; i0 < Tn; i0 += RIFT_QB) {
                 int64_t mq = F(min64)(RIFT_QB, Tn - i0), end = causal ? i0 + mq : Tn;
                 T *o = ob + i0 * lo;
@@ -402,7 +425,8 @@ int F(flash_attention_backward)(const T *dout, const T *q, const T *k, const T *
     int failed = 0;
     RIFT_PRAGMA(omp parallel if (B * H * Tn * Tn * D > RIFT_PAR_MIN))
     {
-        T *kt = (T *)rift_alloc(sizeof(T) * (size_t)(2 * D * lt + RIFT_QB * (2 * BK + 1)));
+        T *kt = (T *)rift_alloc(sizeof(T) *
+                                (size_t)(2 * D * lt + RIFT_QB * (2 * BK + 1) + 3 * Tn * D));
         if (!kt) failed = 1;
         else /* chunk padding of the p and dp rows is read (then masked): keep it defined */
             memset(kt + 2 * D * lt, 0, sizeof(T) * (size_t)(2 * RIFT_QB * BK));
@@ -410,15 +434,20 @@ int F(flash_attention_backward)(const T *dout, const T *q, const T *k, const T *
         for (int64_t bh = 0; bh < B * H; bh++) {
             if (!kt) continue;
             int64_t b = bh / H, h = bh % H;
-            const T *dob = RIFT_AT(dout, st, b, h), *qb = RIFT_AT(q, st + 3, b, h);
-            const T *kb = RIFT_AT(k, st + 6, b, h), *vb = RIFT_AT(v, st + 9, b, h);
+            const T *kb0 = RIFT_AT(k, st + 6, b, h), *vb = RIFT_AT(v, st + 9, b, h);
             const T *ob = RIFT_AT(out, st + 12, b, h);
-            int64_t dt = st[2], qt = st[5], kst = st[8], ot = st[14];
+            int64_t ot = st[14];
             T *vt = kt + D * lt, *p = vt + D * lt, *dp = p + RIFT_QB * BK, *di = dp + RIFT_QB * BK;
+            /* dO, Q and K are the B side of the products below: dense copies (dense_rows) */
+            T *dob = di + RIFT_QB, *qb = dob + Tn * D, *kb = qb + Tn * D;
+            const int64_t dt = D, qt = D, kst = D;
+            F(dense_rows)(RIFT_AT(dout, st, b, h), st[2], dob, Tn, D);
+            F(dense_rows)(RIFT_AT(q, st + 3, b, h), st[5], qb, Tn, D);
+            F(dense_rows)(kb0, st[8], kb, Tn, D);
             T *dqb = RIFT_AT(dq, ost, b, h), *dkb = RIFT_AT(dk, ost + 3, b, h);
             T *dvb = RIFT_AT(dv, ost + 6, b, h);
             int64_t lq = ost[2], lk = ost[5], lv = ost[8];
-            F(transpose_ld)(kb, kst, kt, lt, Tn, D);
+            F(transpose_ld)(kb0, st[8], kt, lt, Tn, D);
             F(transpose_ld)(vb, st[11], vt, lt, Tn, D);
             /* dK and dV gather from every query tile: zero them first. dQ needs no zeroing:
              * its first key block (j0 = 0) writes it, later ones accumulate. */

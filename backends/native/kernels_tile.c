@@ -1,0 +1,67 @@
+/* The float register tile of attention's small products, written with AVX2/FMA intrinsics;
+ * included once by kernels.c, ahead of the per-dtype code.
+ *
+ * Why intrinsics: the portable tile in kernels_attention.c (4 rows x 16 floats held in
+ * local arrays across the K loop) is what GCC vectorises well in isolation, but inside the
+ * real kernel it keeps part of the accumulators in memory: measured on a Zen 3 core, 37
+ * GFLOP/s for the 4 x 16 x 64 products of T = 128 attention, against 82 GFLOP/s for this
+ * tile (twelve named registers, no spill). The arithmetic is the same: each output is
+ * fma(a[i][k], b[k][j], c) for k = 0, 1, ... from c = 0, then stored or added to C once,
+ * exactly as the portable tile's x86-64-v3/v4 clones compute it, so results keep their bits
+ * on every machine whose clone has FMA. Elsewhere (no AVX2/FMA, other architectures,
+ * double) the portable tile runs.
+ */
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#include <immintrin.h>
+#define RIFT_TILE_F32 1
+
+/* Whether this CPU runs the tile (looked up once; a race only repeats the lookup). */
+static int rift_tile_ok(void) {
+    static int known = 0, ok = 0;
+    if (!known) {
+        __builtin_cpu_init();
+        ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+        known = 1;
+    }
+    return ok;
+}
+
+#define RIFT_TILE_ROW(r, c0, c1)                             \
+    x = _mm256_broadcast_ss(a + (r) * ai + k * ak);          \
+    c0 = _mm256_fmadd_ps(x, b0, c0);                         \
+    c1 = _mm256_fmadd_ps(x, b1, c1)
+
+#define RIFT_TILE_OUT(r, c0, c1)                                                         \
+    if (accumulate) {                                                                    \
+        _mm256_storeu_ps(C + (r) * ldc, _mm256_add_ps(_mm256_loadu_ps(C + (r) * ldc), c0)); \
+        _mm256_storeu_ps(C + (r) * ldc + 8,                                              \
+                         _mm256_add_ps(_mm256_loadu_ps(C + (r) * ldc + 8), c1));         \
+    } else {                                                                             \
+        _mm256_storeu_ps(C + (r) * ldc, c0);                                             \
+        _mm256_storeu_ps(C + (r) * ldc + 8, c1);                                         \
+    }
+
+/* C[4 x 16] (=, or += when accumulate) A[4 x K] B[K x 16]; A(i, k) = a[i*ai + k*ak],
+ * B(k, j) = b[k*ldb + j], C(i, j) = C[i*ldc + j]. */
+__attribute__((target("avx2,fma"))) static void rift_tile4x16_f32(
+    int64_t K, const float *a, int64_t ai, int64_t ak, const float *b, int64_t ldb, float *C,
+    int64_t ldc, int accumulate) {
+    __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00;
+    __m256 c20 = c00, c21 = c00, c30 = c00, c31 = c00;
+    for (int64_t k = 0; k < K; k++) {
+        __m256 b0 = _mm256_loadu_ps(b + k * ldb), b1 = _mm256_loadu_ps(b + k * ldb + 8), x;
+        RIFT_TILE_ROW(0, c00, c01);
+        RIFT_TILE_ROW(1, c10, c11);
+        RIFT_TILE_ROW(2, c20, c21);
+        RIFT_TILE_ROW(3, c30, c31);
+    }
+    RIFT_TILE_OUT(0, c00, c01)
+    RIFT_TILE_OUT(1, c10, c11)
+    RIFT_TILE_OUT(2, c20, c21)
+    RIFT_TILE_OUT(3, c30, c31)
+}
+
+#undef RIFT_TILE_ROW
+#undef RIFT_TILE_OUT
+#endif
