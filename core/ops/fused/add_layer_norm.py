@@ -18,13 +18,19 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from ...errors import ShapeError
 from ...tensor import Tensor
 from .. import checks
 from ..dispatch import Out, dispatch
 from ..opunit import OpUnit, register, samples_module
 from ..primitive.binary import add
-from .layer_norm import LAYER_NORM, LAYER_NORM_BACKWARD, layer_norm, layer_norm_backward
+from .layer_norm import (
+    LAYER_NORM,
+    LAYER_NORM_BACKWARD,
+    check_affine,
+    check_saved,
+    layer_norm,
+    layer_norm_backward,
+)
 
 _SAMPLES = samples_module(__name__)
 
@@ -67,11 +73,7 @@ def add_layer_norm(
     backend = checks.float_operands(op, x, r, gamma, beta)
     c = checks.features(op, x)
     checks.shape_is(op, r, x.shape, "r")
-    checks.shape_is(op, gamma, (c,), "gamma")
-    checks.shape_is(op, beta, (c,), "beta")
-    eps = checks.number(op, eps, "eps")
-    if not eps > 0:
-        raise ShapeError(f"[{op}] eps must be positive; got {eps}")
+    eps = check_affine(op, c, gamma, beta, eps)
     full, stat = Out(x.shape, x.dtype), Out(x.shape[:-1], x.dtype)
     return dispatch(ADD_LAYER_NORM, backend, (x, r, gamma, beta, eps), (full, full, stat, stat))
 
@@ -85,9 +87,7 @@ def add_layer_norm_backward(
     c = checks.features(op, s)
     checks.shape_is(op, dy, s.shape, "dy")
     checks.shape_is(op, ds, s.shape, "ds")
-    checks.shape_is(op, gamma, (c,), "gamma")
-    checks.shape_is(op, mean, s.shape[:-1], "mean")
-    checks.shape_is(op, rstd, s.shape[:-1], "rstd")
+    check_saved(op, s, gamma, mean, rstd)
     param = Out((c,), s.dtype)
     expect = (Out(s.shape, s.dtype), param, param)
     return dispatch(ADD_LAYER_NORM_BACKWARD, backend, (dy, ds, s, gamma, mean, rstd), expect)

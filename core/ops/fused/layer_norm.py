@@ -43,16 +43,31 @@ class LayerNormMethods(Protocol):
         ...
 
 
+def check_affine(op: str, c: int, gamma: Tensor, beta: Tensor, eps: float) -> float:
+    """``gamma`` and ``beta`` of shape ``[C]`` and a positive ``eps`` (returned as a float);
+    layer_norm's forward checks, shared with add_layer_norm."""
+    checks.shape_is(op, gamma, (c,), "gamma")
+    checks.shape_is(op, beta, (c,), "beta")
+    eps = checks.number(op, eps, "eps")
+    if not eps > 0:
+        raise ShapeError(f"[{op}] eps must be positive; got {eps}")
+    return eps
+
+
+def check_saved(op: str, x: Tensor, gamma: Tensor, mean: Tensor, rstd: Tensor) -> None:
+    """``gamma[C]`` and the forward's saved ``mean``, ``rstd`` (x's leading shape) of a
+    LayerNorm backward over ``x``; shared with add_layer_norm_backward."""
+    checks.shape_is(op, gamma, (x.shape[-1],), "gamma")
+    checks.shape_is(op, mean, x.shape[:-1], "mean")
+    checks.shape_is(op, rstd, x.shape[:-1], "rstd")
+
+
 def layer_norm(
     x: Tensor, gamma: Tensor, beta: Tensor, eps: float = 1e-5
 ) -> tuple[Tensor, Tensor, Tensor]:
     backend = checks.float_operands("layer_norm", x, gamma, beta)
     c = checks.features("layer_norm", x)
-    checks.shape_is("layer_norm", gamma, (c,), "gamma")
-    checks.shape_is("layer_norm", beta, (c,), "beta")
-    eps = checks.number("layer_norm", eps, "eps")
-    if not eps > 0:
-        raise ShapeError(f"[layer_norm] eps must be positive; got {eps}")
+    eps = check_affine("layer_norm", c, gamma, beta, eps)
     stat = Out(x.shape[:-1], x.dtype)
     expect = (Out(x.shape, x.dtype), stat, stat)
     return dispatch(LAYER_NORM, backend, (x, gamma, beta, eps), expect)
@@ -65,9 +80,7 @@ def layer_norm_backward(
     backend = checks.float_operands(op, dy, x, gamma, mean, rstd)
     c = checks.features(op, x)
     checks.shape_is(op, dy, x.shape, "dy")
-    checks.shape_is(op, gamma, (c,), "gamma")
-    checks.shape_is(op, mean, x.shape[:-1], "mean")
-    checks.shape_is(op, rstd, x.shape[:-1], "rstd")
+    check_saved(op, x, gamma, mean, rstd)
     param = Out((c,), x.dtype)
     expect = (Out(x.shape, x.dtype), param, param)
     return dispatch(LAYER_NORM_BACKWARD, backend, (dy, x, gamma, mean, rstd), expect)
