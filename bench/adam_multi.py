@@ -32,7 +32,7 @@ from riftco.nn import GPT, GPTConfig  # noqa: E402
 from riftco.optim import AdamW, clip_grad_norm, grad_norm  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import cpu_model, id_batches, interleaved_ab, launches  # noqa: E402
+from common import cpu_model, id_batches, step_ab  # noqa: E402
 
 CFG = GPTConfig(vocab=65, context=64, layers=4, heads=4, width=128)
 BATCH, LR, WD, CLIP = 16, 3e-3, 0.1, 1.0
@@ -86,13 +86,7 @@ class Variant:
 def run(backend: str, steps: int, block: int) -> dict[str, Any]:
     batches = id_batches(CFG.vocab, BATCH, CFG.context)
     a, b = Variant(backend, fused=False), Variant(backend, fused=True)
-    for v in (a, b):  # compile kernels, create optimizer state
-        v.step(*batches[0])
-        v.step(*batches[1])
-    counts = {name: launches(v.be, lambda v=v: v.step(*batches[2]))
-              for name, v in (("before", a), ("after", b))}  # fmt: skip
-    times = interleaved_ab(lambda i: a.step(*batches[i % len(batches)]),
-                           lambda i: b.step(*batches[i % len(batches)]), steps, block)  # fmt: skip
+    counts, times = step_ab(a, b, batches, steps, block)
     same = a.losses == b.losses
     diff = max(abs(x - y) for x, y in zip(a.losses, b.losses, strict=True))
     out: dict[str, Any] = {"backend": backend, "launches_per_step": counts,

@@ -135,6 +135,23 @@ def interleaved_ab(
     return times
 
 
+def step_ab(
+    a: Any, b: Any, batches: list[tuple[Any, Any]], steps: int, block: int
+) -> tuple[dict[str, int | None], dict[str, list[float]]]:
+    """A training-step A/B of two variants (each with ``.be`` and ``.step(x, y)``):
+    two warm-up steps each (kernels compiled, optimizer state created), their launches
+    per step, then :func:`interleaved_ab` over ``batches``. Returns ``(launches, times)``,
+    both keyed "before" (a) and "after" (b)."""
+    for v in (a, b):
+        v.step(*batches[0])
+        v.step(*batches[1])
+    counts = {name: launches(v.be, lambda v=v: v.step(*batches[2]))
+              for name, v in (("before", a), ("after", b))}  # fmt: skip
+    times = interleaved_ab(lambda i: a.step(*batches[i % len(batches)]),
+                           lambda i: b.step(*batches[i % len(batches)]), steps, block)  # fmt: skip
+    return counts, times
+
+
 def round_robin(
     fns: dict[str, Callable[[], Any]], repeat: int, warmup: int = 1
 ) -> dict[str, float]:

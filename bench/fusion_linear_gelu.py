@@ -39,7 +39,7 @@ from riftco.nn.layers import MLP
 from riftco.optim import AdamW, grad_norm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import cpu_model, id_batches, interleaved_ab, launches, table, write_json  # noqa: E402
+from common import cpu_model, id_batches, step_ab, table, write_json  # noqa: E402
 
 CFG = GPTConfig(vocab=65, context=64, layers=4, heads=4, width=128)
 BATCH, LR, WD, CLIP = 16, 3e-3, 0.1, 1.0
@@ -118,16 +118,12 @@ class Variant:
 def step_row(backend: str, steps: int, block: int) -> dict[str, Any]:
     batches = id_batches(CFG.vocab, BATCH, CFG.context)
     a, b = Variant(backend, fused=False), Variant(backend, fused=True)
-    for v in (a, b):  # compile kernels, create optimizer state
-        v.step(*batches[0])
-        v.step(*batches[1])
-    counts = tuple(launches(v.be, lambda v=v: v.step(*batches[2])) for v in (a, b))
-    times = interleaved_ab(lambda i: a.step(*batches[i % len(batches)]),
-                           lambda i: b.step(*batches[i % len(batches)]), steps, block)  # fmt: skip
+    counts, times = step_ab(a, b, batches, steps, block)
     before, after = (1e3 * statistics.median(times[k]) for k in ("before", "after"))
     return {"backend": backend, "what": "train step (eager)", "before_ms": before,
-            "after_ms": after, "ratio": after / before, "launches_before": counts[0],
-            "launches_after": counts[1], "losses_bitwise_equal": a.losses == b.losses}  # fmt: skip
+            "after_ms": after, "ratio": after / before,
+            "launches_before": counts["before"], "launches_after": counts["after"],
+            "losses_bitwise_equal": a.losses == b.losses}  # fmt: skip
 
 
 def main() -> None:
