@@ -206,7 +206,6 @@ int F(attention_backward)(const T *dout, const T *q, const T *k, const T *v, con
             const T *vb = RIFT_AT(v, st + 9, b, h);
             /* dO, Q and K are the B side of products below: dense copies (dense_rows) */
             T *dob = vt + D * Tn, *qb = dob + D * Tn, *kb = qb + D * Tn;
-            const int64_t dt = D, qt = D, kst = D;
             const T *pb = probs + bh * Tn * Tn;
             T *dqb = RIFT_AT(dq, ost, b, h), *dkb = RIFT_AT(dk, ost + 3, b, h);
             T *dvb = RIFT_AT(dv, ost + 6, b, h);
@@ -219,13 +218,13 @@ int F(attention_backward)(const T *dout, const T *q, const T *k, const T *v, con
             F(dense_rows)(RIFT_AT(k, st + 6, b, h), st[8], kb, Tn, D);
             for (int64_t j0 = 0; j0 < Tn; j0 += RIFT_MR) { /* dV = P^T dO */
                 int64_t m = F(min64)(RIFT_MR, Tn - j0), k0 = tri ? j0 : 0;
-                F(gemm)(m, D, Tn - k0, pb + k0 * Tn + j0, 1, Tn, dob + k0 * dt, dt,
+                F(gemm)(m, D, Tn - k0, pb + k0 * Tn + j0, 1, Tn, dob + k0 * D, D,
                         dvb + j0 * lv, lv, 0);
             }
             for (int64_t i0 = 0; i0 < Tn; i0 += RIFT_MR) { /* dS, then dQ = scale dS K */
                 int64_t m = F(min64)(RIFT_MR, Tn - i0), cols = tri ? F(pad_cols)(i0 + m, Tn) : Tn;
                 T *dsr = ds + i0 * Tn;
-                F(gemm)(m, cols, D, dob + i0 * dt, dt, 1, vt, Tn, dsr, Tn, 0);
+                F(gemm)(m, cols, D, dob + i0 * D, D, 1, vt, Tn, dsr, Tn, 0);
                 for (int64_t r = 0; r < m; r++) {
                     const T *p = pb + (i0 + r) * Tn;
                     T *d = dsr + r * Tn, rs = 0;
@@ -236,11 +235,11 @@ int F(attention_backward)(const T *dout, const T *q, const T *k, const T *v, con
                     for (int64_t j = 0; j < n; j++) d[j] = (T)scale * (p[j] * (d[j] - rs));
                     for (int64_t j = n; j < Tn; j++) d[j] = 0;
                 }
-                F(gemm)(m, D, cols, dsr, Tn, 1, kb, kst, dqb + i0 * lq, lq, 0);
+                F(gemm)(m, D, cols, dsr, Tn, 1, kb, D, dqb + i0 * lq, lq, 0);
             }
             for (int64_t j0 = 0; j0 < Tn; j0 += RIFT_MR) { /* dK = scale dS^T Q */
                 int64_t m = F(min64)(RIFT_MR, Tn - j0), k0 = tri ? j0 : 0;
-                F(gemm)(m, D, Tn - k0, ds + k0 * Tn + j0, 1, Tn, qb + k0 * qt, qt,
+                F(gemm)(m, D, Tn - k0, ds + k0 * Tn + j0, 1, Tn, qb + k0 * D, D,
                         dkb + j0 * lk, lk, 0);
             }
         }
@@ -352,7 +351,7 @@ int F(flash_attention)(const T *q, const T *k, const T *v, const int64_t *st, T 
             if (!kt) continue;
             int64_t b = bh / H, h = bh % H;
             const T *qb = RIFT_AT(q, st, b, h), *kb = RIFT_AT(k, st + 3, b, h);
-            int64_t qt = st[2], vst = D, lo = ost[2];
+            int64_t qt = st[2], lo = ost[2];
             T *ob = RIFT_AT(out, ost, b, h);
             T *s = kt + D * lk, *lanes = s + RIFT_QB * BK, *mx = lanes + RIFT_QB * RIFT_NR;
             T *vb = mx + RIFT_QB; /* V dense (dense_rows): the B side of P V */
@@ -367,7 +366,7 @@ int F(flash_attention)(const T *q, const T *k, const T *v, const int64_t *st, T 
                     F(gemm)(mq, n, D, qb + i0 * qt, qt, 1, kt + j0, lk, s, BK, 0);
                     F(online_tile)(s, BK, mq, n, i0, j0, causal, (T)scale, mx, lanes, o, lo, D,
                                    j0 == 0);
-                    F(gemm)(mq, D, n, s, BK, 1, vb + j0 * vst, vst, o, lo, j0 != 0);
+                    F(gemm)(mq, D, n, s, BK, 1, vb + j0 * D, D, o, lo, j0 != 0);
                 }
                 for (int64_t r = 0; r < mq; r++) {
                     T l = F(lane_sum)(lanes + r * RIFT_NR), inv = (T)1 / l;
@@ -398,7 +397,7 @@ RIFT_CLONES static void F(flash_ds_row)(T *p, T *dp, int64_t valid, int64_t n, T
     }
 }
 
-/* di[r] = dO[r] . O[r] for the mq rows of a query tile (row strides dt, ot), in lane
+/* di[r] = dO[r] . O[r] for the mq rows of a query tile (row strides at, ct), in lane
  * partials plus one pairwise reduction (an `omp simd` sum reduced serially per row cost
  * 4% of the backward at T = 128). */
 RIFT_CLONES static void F(row_dots)(const T *a, int64_t at, const T *c, int64_t ct, T *di,
@@ -440,7 +439,6 @@ int F(flash_attention_backward)(const T *dout, const T *q, const T *k, const T *
             T *vt = kt + D * lt, *p = vt + D * lt, *dp = p + RIFT_QB * BK, *di = dp + RIFT_QB * BK;
             /* dO, Q and K are the B side of the products below: dense copies (dense_rows) */
             T *dob = di + RIFT_QB, *qb = dob + Tn * D, *kb = qb + Tn * D;
-            const int64_t dt = D, qt = D, kst = D;
             F(dense_rows)(RIFT_AT(dout, st, b, h), st[2], dob, Tn, D);
             F(dense_rows)(RIFT_AT(q, st + 3, b, h), st[5], qb, Tn, D);
             F(dense_rows)(kb0, st[8], kb, Tn, D);
@@ -457,19 +455,19 @@ int F(flash_attention_backward)(const T *dout, const T *q, const T *k, const T *
             }
             for (int64_t i0 = 0; i0 < Tn; i0 += RIFT_QB) {
                 int64_t mq = F(min64)(RIFT_QB, Tn - i0), end = causal ? i0 + mq : Tn;
-                F(row_dots)(dob + i0 * dt, dt, ob + i0 * ot, ot, di, mq, D); /* rowsum(dO*O) */
+                F(row_dots)(dob + i0 * D, D, ob + i0 * ot, ot, di, mq, D); /* rowsum(dO*O) */
                 for (int64_t j0 = 0; j0 < end; j0 += BK) {
                     int64_t n = F(min64)(BK, end - j0);
-                    F(gemm)(mq, n, D, qb + i0 * qt, qt, 1, kt + j0, lt, p, BK, 0);
-                    F(gemm)(mq, n, D, dob + i0 * dt, dt, 1, vt + j0, lt, dp, BK, 0);
+                    F(gemm)(mq, n, D, qb + i0 * D, D, 1, kt + j0, lt, p, BK, 0);
+                    F(gemm)(mq, n, D, dob + i0 * D, D, 1, vt + j0, lt, dp, BK, 0);
                     for (int64_t r = 0; r < mq; r++)
                         F(flash_ds_row)(p + r * BK, dp + r * BK,
                                         F(valid_keys)(causal, i0 + r, j0, n), n, (T)scale,
                                         lse[bh * Tn + i0 + r], di[r]);
                     /* dV += P^T dO, dQ += dS K, dK += dS^T Q (scale is inside dS) */
-                    F(gemm)(n, D, mq, p, 1, BK, dob + i0 * dt, dt, dvb + j0 * lv, lv, 1);
-                    F(gemm)(mq, D, n, dp, BK, 1, kb + j0 * kst, kst, dqb + i0 * lq, lq, j0 != 0);
-                    F(gemm)(n, D, mq, dp, 1, BK, qb + i0 * qt, qt, dkb + j0 * lk, lk, 1);
+                    F(gemm)(n, D, mq, p, 1, BK, dob + i0 * D, D, dvb + j0 * lv, lv, 1);
+                    F(gemm)(mq, D, n, dp, BK, 1, kb + j0 * D, D, dqb + i0 * lq, lq, j0 != 0);
+                    F(gemm)(n, D, mq, dp, 1, BK, qb + i0 * D, D, dkb + j0 * lk, lk, 1);
                 }
             }
         }
