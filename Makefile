@@ -28,8 +28,8 @@ test: $(STAMP)
 	$(MAKE) --no-print-directory -j$(TEST_WORKERS) --output-sync=target conformance
 
 # The digs too slow for every run (CI runs them too): 200 fuzz examples per (backend, op)
-# instead of 20, and every mutant backend through the whole suite (not only its op's
-# cases) to prove that conformance blames no other op.
+# instead of 20, and every mutant backend through every case its bug can reach (not only
+# its op's cases; tests/conformance_trace.py) to prove that conformance blames no other op.
 test-deep: $(STAMP)
 	$(BIN)/python -m pip install --quiet ./examples/cffi_backend
 	RIFTCO_FUZZ_EXAMPLES=200 RIFTCO_MUTANTS=all $(PYTEST) tests/test_fuzz_ops.py tests/test_conformance_mutants.py

@@ -148,10 +148,13 @@ class Tensor:
 
     @property
     def is_contiguous(self) -> bool:
+        strides = self.strides
+        if strides == dense_strides(self.shape):  # the common case, one cached lookup
+            return True
         if 0 in self.shape:  # an empty tensor has no element out of place
             return True
         expected = 1
-        for dim, stride in zip(reversed(self.shape), reversed(self.strides), strict=True):
+        for dim, stride in zip(reversed(self.shape), reversed(strides), strict=True):
             if dim != 1 and stride != expected:
                 return False
             expected *= dim

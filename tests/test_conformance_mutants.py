@@ -2,9 +2,14 @@
 
 For each mutant (``conformance_mutants.py``: 56 plausible bugs over every op family) the
 suite runs on that op's cases and must report a failure or error there, with the op in the
-case id or the message. A few whole-suite runs then check that no *other* op is blamed
+case id or the message. Whole-suite runs then check that no *other* op is blamed
 (composites built on a broken primitive may fail too: they really are wrong there), and
 that a raising model check still ends with the table and the JSON.
+
+``make test`` runs three mutants through every case; ``make test-deep`` runs all 56
+through every case their bug can reach (``conformance_trace.py``: the others run the
+reference's own code and pass as it does). The three full runs also check that trace:
+every case they find failing is one it names.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from conformance_mutants import (
     LayerNormBackwardDgammaOff,
     SoftmaxWithoutMaxSubtraction,
 )
+from conformance_trace import cases_reaching, ops_argument, trace_cases
 from helpers import plugin_for
 from riftco.backends.cpu.backend import view
 from riftco.conformance import cli
@@ -60,10 +66,12 @@ def test_mutant_fails_at_its_op(registry: Any, tmp_path: Path, cls: type[Base], 
     assert all(c["failing_example"] or c["reason"] for c in named)
 
 
-#: Whole-suite runs cost ~5 s each: three stand for the rest in ``make test``;
-#: ``RIFTCO_MUTANTS=all`` (``make test-deep``, CI) runs every mutant through the whole suite
-#: with the targeted runs' 5 examples (at 2, CompareLeIsLt draws no tie and passes).
+#: A whole-suite run costs ~15 s (half of it the capture section): three stand for the rest
+#: in ``make test``; ``RIFTCO_MUTANTS=all`` (``make test-deep``, CI) runs every mutant, on
+#: the cases its bug reaches, with the targeted runs' 5 examples (at 2, CompareLeIsLt
+#: draws no tie and passes).
 _DEEP = os.environ.get("RIFTCO_MUTANTS") == "all"
+_EXAMPLES = "5" if _DEEP else "2"
 _WHOLE_SUITE = (
     MUTANTS
     if _DEEP
@@ -73,16 +81,29 @@ _WHOLE_SUITE = (
 #: Mutants of what core uses to prepare every other op's operands (a dense-only backend's
 #: copy of a view): every op that receives a copied view is really wrong there.
 _PREPARES_OPERANDS = {DenseOnlyCopyIgnoresOffset}
+#: case id -> the backend methods it calls, traced once per worker process.
+_TRACE: dict[str, set[str]] = {}
+
+
+def _trace(registry: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, set[str]]:
+    if not _TRACE:
+        _TRACE.update(trace_cases(registry, monkeypatch, tmp_path, "--max-examples", _EXAMPLES))
+    return _TRACE
 
 
 @pytest.mark.parametrize(("cls", "op"), _WHOLE_SUITE, ids=[c.__name__ for c, _ in _WHOLE_SUITE])
 def test_whole_suite_blames_no_other_op(
-    registry: Any, tmp_path: Path, cls: type[Base], op: str
+    registry: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, cls: type[Base], op: str
 ) -> None:
-    rc, report = _run(registry, cls, tmp_path, "--max-examples", "5" if _DEEP else "2")
+    reaching = cases_reaching(_trace(registry, monkeypatch, tmp_path), cls)
+    only = ["--ops", ops_argument(reaching)] if _DEEP and reaching is not None else []
+    rc, report = _run(registry, cls, tmp_path, *only, "--max-examples", _EXAMPLES)
     assert rc == 1
     bad = _bad(report)
     assert any(c["op"] == op for c in bad), f"{cls.__name__}: {op} itself passed"
+    if not only and reaching is not None:  # a full run: the trace must have named them
+        unnamed = [c["id"] for c in bad if c["id"] not in reaching]
+        assert unnamed == [], f"failing cases the trace says {cls.__name__} cannot reach"
     if cls in _PREPARES_OPERANDS:
         return
     wrongly = [
