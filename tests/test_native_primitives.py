@@ -246,3 +246,20 @@ def test_pool_recycles_only_unreachable_buffers():
     assert stats["pooled_bytes"] >= 0 and stats["allocated_bytes"] >= w.size * 4
     B.empty_cache()
     assert B.memory_stats()["pooled_bytes"] == 0
+
+
+def test_linear_gelu_backward_returns_its_scratch_to_the_pool():
+    """Its dH scratch ([m, n]) is pooled once the call returns: a cffi pointer still holding
+    the buffer made the pool refuse it, and every step page-faulted it back in."""
+    rng = np.random.default_rng(0)
+    m, k, n = 64, 32, 512  # dH: 128 KiB, above the pool's floor
+    x, w = (
+        _t(rng.standard_normal((m, k), dtype=np.float32)),
+        _t(rng.standard_normal((k, n), dtype=np.float32)),
+    )
+    b = _t(np.zeros(n, np.float32))
+    y, h = B.linear_gelu(x, w, b, "tanh")
+    B.empty_cache()
+    grads = B.linear_gelu_backward(y, x, w, h, "tanh")
+    assert B.memory_stats()["pooled_bytes"] == m * n * 4
+    assert [g.shape for g in grads] == [(m, k), (k, n), (n,)]

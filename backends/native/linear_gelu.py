@@ -70,5 +70,5 @@ class NativeLinearGelu:
                 self._at(h), ldh, dhp, dxp, dwp, dbp, int(approximate == "tanh"),
             )  # fmt: skip
         self._check(status, "linear_gelu_backward")
-        del dh
+        del dhp, dh  # the pointer holds the buffer too: with it alive, the pool refuses it
         return dx, dw, db
