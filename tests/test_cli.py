@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import riftco
 from helpers import plugin_for
 from riftco.backend import FUSED_OPS, PROTOCOL_VERSION
 from riftco.backends.cpu.backend import CPUBackend
@@ -19,16 +20,29 @@ class Unplugged(CPUBackend):
         return False, "cable not connected"
 
 
+class OlderProtocol(CPUBackend):
+    """A third-party backend written against protocol 1.0."""
+
+    name = "older"
+    priority = -50
+    protocol_version = (1, 0)
+
+
 def test_backends_text_lists_cpu_available(registry, capsys):
+    registry.register(plugin_for(OlderProtocol), name="older-plugin")
     assert main(["backends"]) == 0
     out = capsys.readouterr().out
-    assert "cpu  [available]" in out
-    assert "device cpu:0  host CPU (numpy)  dtypes: float32, float64, int32, int64" in out
-    assert "protocol 1.0" in out and "distribution riftco" in out
     lines = out.splitlines()
-    i = next(i for i, line in enumerate(lines) if "fused native:" in line)
-    assert "fused composite:" in lines[i + 1]  # every fused op is on one of the two lines
-    listed = [op for line in lines[i : i + 2] for op in line.split(": ", 1)[1].split(", ")]
+    start = lines.index("cpu  [available]")
+    end = next(i for i in range(start + 1, len(lines)) if not lines[i].startswith(" "))
+    cpu = lines[start:end]
+    assert "  device cpu:0  host CPU (numpy)  dtypes: float32, float64, int32, int64" in cpu
+    version = ".".join(map(str, PROTOCOL_VERSION))
+    assert any(f"distribution riftco {riftco.__version__}, protocol {version}" in x for x in cpu)
+    assert "protocol 1.0" in lines[lines.index("older  [available]") + 1]  # its own, not ours
+    fused = [x.split(": ", 1)[1] for x in cpu if x.startswith("  fused ")]
+    assert len(fused) == 2  # every fused op is on the native or the composite line
+    listed = [op for line in fused for op in line.split(", ")]
     assert sorted(op for op in listed if op != "-") == sorted(FUSED_OPS)
 
 
