@@ -29,7 +29,7 @@ from conformance_mutants import (
     LayerNormBackwardDgammaOff,
     SoftmaxWithoutMaxSubtraction,
 )
-from conformance_trace import cases_reaching, ops_argument, trace_cases
+from conformance_trace import OUTSIDE, cases_reaching, ops_argument, trace_cases
 from helpers import plugin_for
 from riftco.backends.cpu.backend import view
 from riftco.conformance import cli
@@ -131,3 +131,33 @@ def test_a_raising_model_check_is_a_case_error_and_the_run_finishes(
     assert model["status"] == "error" and "kernel launch failed" in model["reason"]
     out = capsys.readouterr().out
     assert "model/tiny_transformer" in out and "FAILED" in out  # the table and the summary
+
+
+def test_trace_picks_the_cases_a_mutant_reaches_and_otherwise_everything() -> None:
+    """The selection behind ``make test-deep``'s whole-suite runs, on a made-up trace."""
+    trace = {
+        "exp[float32]": {"exp"},
+        "softmax[float32,composite]": {"exp", "sum", "div"},
+        "add[float32]": {"add"},
+        OUTSIDE: {"allocate"},
+    }
+
+    class ExpOnly(Base):
+        def exp(self, x: Any) -> Any:
+            return super().exp(x)
+
+    class Flagged(Base):
+        accepts_strided = False
+
+    class NewHelper(Base):
+        def _fast_path(self) -> None: ...
+
+    class AllocateWrong(Base):
+        def allocate(self, shape: Any, dtype: Any) -> Any:
+            return super().allocate(shape, dtype)
+
+    assert cases_reaching(trace, ExpOnly) == ["exp[float32]", "softmax[float32,composite]"]
+    for unaccountable in (Flagged, NewHelper, AllocateWrong):
+        assert cases_reaching(trace, unaccountable) is None, unaccountable.__name__
+    arg = ops_argument(["softmax[float32,composite]"]).split(",")
+    assert arg == ["softmax[float32?composite]", "softmax[float32]"]  # the capture plan's id too
