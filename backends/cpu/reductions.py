@@ -9,6 +9,7 @@ left: every input passes through about log2(n) additions (pairwise summation, Hi
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -22,7 +23,7 @@ def pairwise_sum(x: np.ndarray, axes: Sequence[int], keepdims: bool = False) -> 
     if axes == tuple(range(x.ndim - len(axes), x.ndim)) and x.flags.c_contiguous:
         # trailing axes of a C-contiguous array: one contiguous run per result element,
         # which numpy itself sums pairwise
-        n = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
+        n = math.prod([x.shape[a] for a in axes])
         rows = x.reshape((*kept, n))
         try:
             total = np.add.reduce(rows, axis=-1)
@@ -32,7 +33,7 @@ def pairwise_sum(x: np.ndarray, axes: Sequence[int], keepdims: bool = False) -> 
         if keepdims:
             total = total.reshape(tuple(1 if i in axes else d for i, d in enumerate(x.shape)))
         return np.asarray(total, dtype=x.dtype)
-    n = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
+    n = math.prod([x.shape[a] for a in axes])
     rows = np.moveaxis(x, axes, tuple(range(len(axes)))).reshape((n, *kept))
     while len(rows) > 1:
         half = len(rows) // 2
