@@ -433,7 +433,7 @@ int F(flash_attention_backward)(const T *dout, const T *q, const T *k, const T *
         for (int64_t bh = 0; bh < B * H; bh++) {
             if (!kt) continue;
             int64_t b = bh / H, h = bh % H;
-            const T *kb0 = RIFT_AT(k, st + 6, b, h), *vb = RIFT_AT(v, st + 9, b, h);
+            const T *vb = RIFT_AT(v, st + 9, b, h);
             const T *ob = RIFT_AT(out, st + 12, b, h);
             int64_t ot = st[14];
             T *vt = kt + D * lt, *p = vt + D * lt, *dp = p + RIFT_QB * BK, *di = dp + RIFT_QB * BK;
@@ -441,11 +441,11 @@ int F(flash_attention_backward)(const T *dout, const T *q, const T *k, const T *
             T *dob = di + RIFT_QB, *qb = dob + Tn * D, *kb = qb + Tn * D;
             F(dense_rows)(RIFT_AT(dout, st, b, h), st[2], dob, Tn, D);
             F(dense_rows)(RIFT_AT(q, st + 3, b, h), st[5], qb, Tn, D);
-            F(dense_rows)(kb0, st[8], kb, Tn, D);
+            F(dense_rows)(RIFT_AT(k, st + 6, b, h), st[8], kb, Tn, D);
             T *dqb = RIFT_AT(dq, ost, b, h), *dkb = RIFT_AT(dk, ost + 3, b, h);
             T *dvb = RIFT_AT(dv, ost + 6, b, h);
             int64_t lq = ost[2], lk = ost[5], lv = ost[8];
-            F(transpose_ld)(kb0, st[8], kt, lt, Tn, D);
+            F(transpose_ld)(kb, D, kt, lt, Tn, D); /* from the dense copy: K read once */
             F(transpose_ld)(vb, st[11], vt, lt, Tn, D);
             /* dK and dV gather from every query tile: zero them first. dQ needs no zeroing:
              * its first key block (j0 = 0) writes it, later ones accumulate. */
