@@ -394,11 +394,16 @@ class Registry:
             self.entries[plugin] = BackendEntry(plugin, None, plugin, *dist, problem=reason)
 
     def unregister(self, name: str) -> None:
-        """Remove a backend (tests and interactive use); cached instances go with it."""
+        """Remove a backend (tests and interactive use); cached instances go with it.
+
+        The plugin that provided it stays registered while it still provides another
+        backend (one plugin may register several): only its last backend takes it along.
+        """
         with self._lock:
             entry = self.entries.pop(name, None)
             if entry is not None:
-                if self.pm.has_plugin(entry.plugin):
+                shared = any(e.plugin == entry.plugin for e in self.entries.values())
+                if not shared and self.pm.has_plugin(entry.plugin):
                     self.pm.unregister(name=entry.plugin)
                 if entry.cls is None:
                     self.failed_plugins.pop(entry.plugin, None)

@@ -92,6 +92,24 @@ def test_runtime_plugin_on_the_global_registry(registry):
         riftco.device("extra")
 
 
+class ExtraTwo(CPUBackend):
+    name = "extra-two"
+
+
+def test_unregistering_one_backend_keeps_the_plugins_other_backend():
+    reg = Registry(load_entry_points=False)
+    plugin = plugin_for(Extra, ExtraTwo)
+    assert reg.register(plugin, name="two-backends") == ["extra", "extra-two"]
+    reg.unregister("extra")
+    assert "extra" not in reg.entries and reg.pm.has_plugin("two-backends")
+    assert reg.instance("extra-two").name == "extra-two"
+    with pytest.raises(PluginError, match="already registered"):
+        reg.register(plugin, name="two-backends")  # still there: it provides extra-two
+    reg.unregister("extra-two")
+    assert not reg.pm.has_plugin("two-backends")
+    assert reg.register(plugin, name="two-backends") == ["extra", "extra-two"]
+
+
 def test_fresh_registry_without_entry_points():
     reg = Registry(load_entry_points=False)
     assert reg.entries == {}
