@@ -437,6 +437,19 @@ class LinearBiasOnFirstRowOnly(Base):
         return self.result(y, x.dtype)
 
 
+class LinearPacksWeightOnce(Base):
+    """Packs the weight on the first call of each weight layout and reuses the pack after
+    (a GEMM backend assuming weights never change between calls, where a training step
+    updates them in place every step). Right on any single call: only a later call with a
+    weight of the same layout and other values shows it."""
+
+    def linear(self, x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
+        packs: dict[Any, np.ndarray] = self.__dict__.setdefault("_packs", {})
+        key = (weight.shape, weight.strides, weight.offset, weight.dtype)
+        packed = packs.setdefault(key, np.array(view(weight)))
+        return self.result(view(x) @ packed + view(bias), x.dtype)
+
+
 class LinearBackwardBiasGradIsMean(Base):
     def linear_backward(self, dy: Tensor, x: Tensor, weight: Tensor) -> Any:
         g = view(dy)
@@ -561,6 +574,7 @@ MUTANTS: list[tuple[type[Base], str]] = [
     (AdamMultiNaNNormMeansNoClip, "adam_update_multi"),
     (DenseOnlyCopyIgnoresOffset, "copy_strided"),
     (LinearBiasOnFirstRowOnly, "linear"),
+    (LinearPacksWeightOnce, "linear"),
     (LinearBackwardBiasGradIsMean, "linear_backward"),
     (LinearGeluSavesActivation, "linear_gelu"),
     (LinearGeluBackwardSkipsGeluGrad, "linear_gelu_backward"),

@@ -1,12 +1,12 @@
 """The conformance suite's own test: every deliberately broken backend fails, at its op.
 
-For each mutant (``conformance_mutants.py``: 56 plausible bugs over every op family) the
+For each mutant (``conformance_mutants.py``: 57 plausible bugs over every op family) the
 suite runs on that op's cases and must report a failure or error there, with the op in the
 case id or the message. Whole-suite runs then check that no *other* op is blamed
 (composites built on a broken primitive may fail too: they really are wrong there), and
 that a raising model check still ends with the table and the JSON.
 
-``make test`` runs three mutants through every case; ``make test-deep`` runs all 56
+``make test`` runs three mutants through every case; ``make test-deep`` runs all 57
 through every case their bug can reach (``conformance_trace.py``: the others run the
 reference's own code and pass as it does). The three full runs also check that trace:
 every case they find failing is one it names.
