@@ -33,6 +33,7 @@ from conformance_trace import OUTSIDE, cases_reaching, ops_argument, trace_cases
 from helpers import plugin_for
 from riftco.backends.cpu.backend import view
 from riftco.conformance import cli
+from riftco.tensor import Tensor
 
 
 def _run(registry: Any, cls: type[Base], tmp_path: Path, *argv: str) -> tuple[int, dict[str, Any]]:
@@ -111,6 +112,36 @@ def test_whole_suite_blames_no_other_op(
         if c["op"] != op and c["mode"] in ("primitive", "native", "memory")
     ]  # fmt: skip
     assert wrongly == [], wrongly
+
+
+class GeluReplaysRecordedCall(Base):
+    """Keeps the result of a call made while a step is recorded (``riftco.capture`` shadows
+    the backend's methods then) and answers later calls of that layout with it: a backend
+    "graph" that keeps the recorded call's buffers instead of binding the replay's."""
+
+    def gelu(self, x: Tensor, approximate: str) -> Tensor:
+        baked: dict[Any, Any] = self.__dict__.setdefault("_baked", {})
+        key = (x.shape, x.strides, x.offset, x.dtype, approximate)
+        if key in baked:
+            return self.result(baked[key].copy(), x.dtype)
+        out = super().gelu(x, approximate)
+        if "gelu" in vars(self):  # shadowed: this call is being recorded
+            baked[key] = view(out).copy()
+        return out
+
+
+def test_capture_section_replays_on_other_values_than_it_recorded(
+    registry: Any, tmp_path: Path
+) -> None:
+    """Recorded and replayed on the same values, the baked result would be the right one."""
+    rc, report = _run(registry, GeluReplaysRecordedCall, tmp_path, "--ops", "capture/gelu[*")
+    bad = _bad(report)
+    assert rc == 1 and bad and all(c["id"].startswith("capture/gelu[") for c in bad), bad
+    assert all("replay differs from the eager call in out" in c["reason"] for c in bad)
+    assert all("recorded on" in c["failing_example"] for c in bad)
+    registry.unregister("mutant")
+    rc, report = _run(registry, GeluReplaysRecordedCall, tmp_path, "--ops", "gelu[*")
+    assert rc == 0, _bad(report)  # eager calls (the numeric section) never see it
 
 
 class ModelCheckRaises(AttentionMasksDiagonal):
