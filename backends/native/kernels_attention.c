@@ -101,17 +101,23 @@ static void F(dense_rows)(const T *x, int64_t xt, T *out, int64_t n, int64_t D) 
     for (int64_t j = 0; j < n; j++) memcpy(out + j * D, x + j * xt, sizeof(T) * (size_t)D);
 }
 
-static void F(transpose)(const T *x, int64_t xt, T *out, int64_t n, int64_t D) {
-    for (int64_t j = 0; j < n; j++)
-        for (int64_t d = 0; d < D; d++) out[d * n + j] = x[j * xt + d];
-}
-
 /* out[d * ld + j] = x[j * xt + d] for j < n, d < D. Goes through RIFT_NR x RIFT_NR blocks
  * held in a local tile, so the strided side of the copy stays within a few cache lines
- * (the plain loop above stores with a stride of n elements, which the flash backward's
- * profile showed at 12% of its time for T = 64). */
+ * (a plain double loop stores with a stride of n elements, which the flash backward's
+ * profile showed at 12% of its time for T = 64); with AVX2, and n and D multiples of 8,
+ * through 8 x 8 blocks in registers (the tile version was still 9% of the flash
+ * backward at T = 64). */
 RIFT_CLONES static void F(transpose_ld)(const T *x, int64_t xt, T *out, int64_t ld, int64_t n,
                                         int64_t D) {
+#ifdef RIFT_TILE_F32
+    if (sizeof(T) == 4 && rift_tile_ok() && n % 8 == 0 && D % 8 == 0) { /* kernels_tile.c */
+        for (int64_t j = 0; j < n; j += 8)
+            for (int64_t d = 0; d < D; d += 8)
+                rift_transpose8_f32((const float *)(x + j * xt + d), xt,
+                                    (float *)(out + d * ld + j), ld);
+        return;
+    }
+#endif
     T tile[RIFT_NR][RIFT_NR];
     int64_t j = 0;
     for (; j + RIFT_NR <= n; j += RIFT_NR) {
@@ -165,7 +171,7 @@ int F(attention)(const T *q, const T *k, const T *v, const int64_t *st, T *out,
             const T *qb = RIFT_AT(q, st, b, h), *kb = RIFT_AT(k, st + 3, b, h);
             T *ob = RIFT_AT(out, ost, b, h), *pb = probs + bh * Tn * Tn, *vb = kt + D * Tn;
             int64_t lo = ost[2];
-            F(transpose)(kb, st[5], kt, Tn, D);
+            F(transpose_ld)(kb, st[5], kt, Tn, Tn, D);
             F(dense_rows)(RIFT_AT(v, st + 6, b, h), st[8], vb, Tn, D);
             for (int64_t i0 = 0; i0 < Tn; i0 += RIFT_MR) {
                 int64_t m = F(min64)(RIFT_MR, Tn - i0);
@@ -212,7 +218,7 @@ int F(attention_backward)(const T *dout, const T *q, const T *k, const T *v, con
             int64_t lq = ost[2], lk = ost[5], lv = ost[8];
             T *ds = kb + D * Tn;
             int tri = F(lower_triangular)(pb, Tn);
-            F(transpose)(vb, st[11], vt, Tn, D);
+            F(transpose_ld)(vb, st[11], vt, Tn, Tn, D);
             F(dense_rows)(RIFT_AT(dout, st, b, h), st[2], dob, Tn, D);
             F(dense_rows)(RIFT_AT(q, st + 3, b, h), st[5], qb, Tn, D);
             F(dense_rows)(RIFT_AT(k, st + 6, b, h), st[8], kb, Tn, D);

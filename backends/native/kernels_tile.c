@@ -62,6 +62,33 @@ __attribute__((target("avx2,fma"))) static void rift_tile4x16_f32(
     RIFT_TILE_OUT(3, c30, c31)
 }
 
+/* out[c * ld + a] = x[a * xt + c] for a, c < 8: one 8 x 8 block of a transpose in
+ * registers (unpack, shuffle, lane permute), instead of 64 scalar moves. Data movement
+ * only: the bits are those of any other copy. */
+__attribute__((target("avx2"))) static void rift_transpose8_f32(const float *x, int64_t xt,
+                                                                 float *out, int64_t ld) {
+    __m256 r0 = _mm256_loadu_ps(x), r1 = _mm256_loadu_ps(x + xt);
+    __m256 r2 = _mm256_loadu_ps(x + 2 * xt), r3 = _mm256_loadu_ps(x + 3 * xt);
+    __m256 r4 = _mm256_loadu_ps(x + 4 * xt), r5 = _mm256_loadu_ps(x + 5 * xt);
+    __m256 r6 = _mm256_loadu_ps(x + 6 * xt), r7 = _mm256_loadu_ps(x + 7 * xt);
+    __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
+    __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
+    __m256 t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5);
+    __m256 t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+    __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+    __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+    __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+    __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+    _mm256_storeu_ps(out, _mm256_permute2f128_ps(u0, u4, 0x20));
+    _mm256_storeu_ps(out + ld, _mm256_permute2f128_ps(u1, u5, 0x20));
+    _mm256_storeu_ps(out + 2 * ld, _mm256_permute2f128_ps(u2, u6, 0x20));
+    _mm256_storeu_ps(out + 3 * ld, _mm256_permute2f128_ps(u3, u7, 0x20));
+    _mm256_storeu_ps(out + 4 * ld, _mm256_permute2f128_ps(u0, u4, 0x31));
+    _mm256_storeu_ps(out + 5 * ld, _mm256_permute2f128_ps(u1, u5, 0x31));
+    _mm256_storeu_ps(out + 6 * ld, _mm256_permute2f128_ps(u2, u6, 0x31));
+    _mm256_storeu_ps(out + 7 * ld, _mm256_permute2f128_ps(u3, u7, 0x31));
+}
+
 #undef RIFT_TILE_ROW
 #undef RIFT_TILE_OUT
 #endif
