@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from ...errors import DomainError, ShapeError
 from ...tensor import Tensor
 from .. import checks
+from ..capture_hooks import DynamicInt, host
 from ..dispatch import dispatch
 from ..opunit import OpUnit, Tolerance, Tolerances, register, samples_module
 from ..primitive.binary import add, add_scalar, div, mul, mul_scalar, sub
@@ -69,7 +70,8 @@ def adam_update(
         (lr, "lr"), (beta1, "beta1"), (beta2, "beta2"), (eps, "eps"),
         (weight_decay, "weight_decay")))  # fmt: skip
     check_hyper(op, hyper, step)
-    dispatch(ADAM_UPDATE, backend, (param, grad, m, v, *hyper, int(step)), None)
+    step = step if type(step) is DynamicInt else int(step)  # a captured step refills it
+    dispatch(ADAM_UPDATE, backend, (param, grad, m, v, *hyper, step), None)
     param.bump_version()
     m.bump_version()
     v.bump_version()
@@ -110,12 +112,20 @@ def adam_update_composite(
 ) -> None:  # fmt: skip
     new_m = add(mul_scalar(m, beta1), mul_scalar(grad, 1.0 - beta1))
     new_v = add(mul_scalar(v, beta2), mul_scalar(mul(grad, grad), 1.0 - beta2))
-    mhat = mul_scalar(new_m, 1.0 / (1.0 - beta1**step))
-    vhat = mul_scalar(new_v, 1.0 / (1.0 - beta2**step))
+    # The bias corrections change every step: worked out in a host function of the step
+    # count, so that a captured step computes them again on each replay (a number derived
+    # in Python here would be frozen at its recorded value, and capture would refuse).
+    c1, c2 = host(_bias_corrections, beta1, beta2, step)
+    mhat = mul_scalar(new_m, c1)
+    vhat = mul_scalar(new_v, c2)
     update = div(mhat, add_scalar(sqrt(vhat), eps))
     update = add(update, mul_scalar(param, weight_decay))
     new_p = sub(param, mul_scalar(update, lr))
     assign_many_((m, new_m), (v, new_v), (param, new_p))  # all or nothing
+
+
+def _bias_corrections(beta1: float, beta2: float, step: int) -> tuple[float, float]:
+    return 1.0 / (1.0 - beta1**step), 1.0 / (1.0 - beta2**step)
 
 
 def _cost(args: list[Any]) -> tuple[int, int]:

@@ -17,6 +17,7 @@ import numpy as np
 from ...errors import DTypeError
 from ...tensor import Tensor
 from .. import checks
+from ..capture_hooks import DynamicFloat
 from ..dispatch import dispatch
 from ..opunit import OpUnit, Tolerance, Tolerances, register, samples_module
 from .select import compare
@@ -115,7 +116,9 @@ def _scalar(unit: OpUnit, x: Tensor, value: Any) -> Tensor:
                 f"[{unit.name}] scalar must be a Python number; got {type(value).__name__}"
             )
         checks.floats(unit.name, x)
-    return dispatch(unit, x.backend, (x, float(value)), x)
+    if tv is not DynamicFloat:  # a captured step refills that one on replay: keep it
+        value = float(value)
+    return dispatch(unit, x.backend, (x, value), x)
 
 
 def add_scalar(x: Tensor, value: float) -> Tensor:
