@@ -5,7 +5,8 @@ Front ends: ``riftco conformance BACKEND[:DEVICE]`` (``cli.py``) and the pytest 
 (``suite.py``) from the op units in ``riftco.ops``: protocol checks, the error contract and
 the domain checks (``contract.py``), numeric cases for every op with samples, forward and
 backward, native and composite (``runner.py``, parameters drawn with hypothesis through
-``draw.py``), the end-to-end model check (``model_check.py``) and per-op throughput
+``draw.py``), eager vs replayed (``capture_check.py``), the end-to-end model check
+(``model_check.py``), training steps (``training_check.py``) and per-op throughput
 (``throughput.py``). Reports: a table, JSON and a self-contained HTML certificate
 (``report.py``, ``html.py``). Needs the ``conformance`` extra (hypothesis). See
 docs/BACKENDS.md.

@@ -23,6 +23,7 @@ from .expectations import Expectations, glob_match
 from .model_check import model_results
 from .results import CaseResult
 from .runner import NumericCase, RunSettings, _crash, case_id
+from .training_check import capture_training_results, training_results
 
 REFERENCE = "cpu"
 
@@ -134,6 +135,13 @@ def plan(target: Target, run: RunSettings) -> list[PlannedCase]:
                 lambda: model_results(backend, target.reference),
             )
         )
+    training = "tiny_transformer_training"
+    if target.wanted(training, f"model/{training}"):
+        trained = partial(training_results, backend, target.reference)
+        planned.append(PlannedCase(f"model/{training}", training, trained))
+    if target.wanted(training, f"capture/{training}"):
+        replayed = partial(capture_training_results, backend)
+        planned.append(PlannedCase(f"capture/{training}", training, replayed))
     return planned
 
 

@@ -19,6 +19,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from conformance_mutants import (
     MUTANTS,
@@ -114,20 +115,30 @@ def test_whole_suite_blames_no_other_op(
     assert wrongly == [], wrongly
 
 
-class GeluReplaysRecordedCall(Base):
-    """Keeps the result of a call made while a step is recorded (``riftco.capture`` shadows
-    the backend's methods then) and answers later calls of that layout with it: a backend
-    "graph" that keeps the recorded call's buffers instead of binding the replay's."""
+def replays_recorded_calls(method: str) -> type[Base]:
+    """The reference with ``method`` keeping the results of calls made while a step is
+    recorded (``riftco.capture`` shadows the backend's methods then) and answering later
+    calls with the same argument layouts with them: a backend "graph" that keeps the
+    recorded call's buffers instead of binding the replay's."""
 
-    def gelu(self, x: Tensor, approximate: str) -> Tensor:
-        baked: dict[Any, Any] = self.__dict__.setdefault("_baked", {})
-        key = (x.shape, x.strides, x.offset, x.dtype, approximate)
+    def call(self: Base, *args: Any) -> Any:
+        baked: dict[Any, list[np.ndarray]] = self.__dict__.setdefault("_baked", {})
+        key = tuple(
+            (a.shape, a.strides, a.offset, a.dtype) if isinstance(a, Tensor) else repr(a)
+            for a in args
+        )
         if key in baked:
-            return self.result(baked[key].copy(), x.dtype)
-        out = super().gelu(x, approximate)
-        if "gelu" in vars(self):  # shadowed: this call is being recorded
-            baked[key] = view(out).copy()
+            outs = [self.result(v.copy()) for v in baked[key]]
+            return outs[0] if len(outs) == 1 else tuple(outs)
+        out = getattr(Base, method)(self, *args)
+        if method in vars(self):  # shadowed: this call is being recorded
+            baked[key] = [view(o).copy() for o in (out if isinstance(out, tuple) else (out,))]
         return out
+
+    return type(f"{method.title().replace('_', '')}ReplaysRecordedCall", (Base,), {method: call})
+
+
+GeluReplaysRecordedCall = replays_recorded_calls("gelu")
 
 
 def test_capture_section_replays_on_other_values_than_it_recorded(
@@ -142,6 +153,38 @@ def test_capture_section_replays_on_other_values_than_it_recorded(
     registry.unregister("mutant")
     rc, report = _run(registry, GeluReplaysRecordedCall, tmp_path, "--ops", "gelu[*")
     assert rc == 0, _bad(report)  # eager calls (the numeric section) never see it
+
+
+def test_capture_section_replays_a_training_step_too(registry: Any, tmp_path: Path) -> None:
+    baking = replays_recorded_calls("linear_gelu")  # the model's MLP runs the fused layer
+    rc, report = _run(registry, baking, tmp_path, "--ops", "*tiny_transformer_training")
+    bad = _bad(report)
+    assert rc == 1 and [c["id"] for c in bad] == ["capture/tiny_transformer_training"], bad
+    assert "replayed steps differ from the eager ones" in bad[0]["reason"]
+
+
+class LinearPacksWeightPerBuffer(Base):
+    """Packs each weight buffer once (keyed by the buffer, as GEMM libraries' packed-weight
+    caches key on a pointer) and reuses the pack while that buffer lives. Every op case
+    passes: each call gets a fresh buffer. A training step writes the weights in place, so
+    from a model's second step on the forward reads the first step's weights."""
+
+    def linear(self, x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
+        packs: dict[int, Any] = self.__dict__.setdefault("_buffer_packs", {})
+        key = id(weight.storage)  # the storage is kept below: its id is never reused
+        if key not in packs:
+            packs[key] = (weight.storage, np.array(view(weight)))
+        return self.result(view(x) @ packs[key][1] + view(bias), x.dtype)
+
+
+def test_training_check_sees_weights_cached_per_buffer(registry: Any, tmp_path: Path) -> None:
+    """Every linear case passes (fresh buffers each call); the training steps do not."""
+    rc, report = _run(
+        registry, LinearPacksWeightPerBuffer, tmp_path, "--ops", "linear[*,*tiny_transformer*"
+    )
+    bad = _bad(report)
+    assert rc == 1 and [c["id"] for c in bad] == ["model/tiny_transformer_training"], bad
+    assert "step1/loss" in bad[0]["reason"]  # the first forward after an in-place update
 
 
 class ModelCheckRaises(AttentionMasksDiagonal):

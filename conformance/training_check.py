@@ -1,0 +1,179 @@
+"""Training steps of the tiny transformer: what one forward and backward cannot show.
+
+A training step writes the weights in place (the backend's own AdamW kernel) and the next
+step reads them again from the same buffers. A backend that keys something on a buffer
+(a weight packed once per pointer, a cached binding) is right on every single call the
+op cases make, since each gets fresh buffers, and wrong from a model's second step on.
+Two cases:
+
+* ``model/tiny_transformer_training``: three clipped AdamW steps on the backend; before
+  each, the float64 CPU reference takes the backend's current weights (downloaded), so the
+  step's loss and gradients compare a forward and backward that must read the weights the
+  backend wrote in place, with the one-step model check's tolerance. (The optimizer's own
+  arithmetic is the adam op cases' business: comparing two independently updated models
+  would mostly measure float32 against float64 Adam.)
+* ``capture/tiny_transformer_training``: five such steps as written and five through
+  ``riftco.capture`` (warm-up, two recordings, two replays, each on its own batch), from
+  the same weights: every loss and the final weights and optimizer moments bit for bit.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+from riftco.ops.comparison import compare
+
+from .model_check import MODEL_TOLERANCE
+from .results import CaseResult
+from .runner import _same_bits
+
+MODES = ("materialized", "flash")
+LR, WEIGHT_DECAY, MAX_NORM = 0.02, 0.1, 1.0
+
+
+def _setup(backend: Any, mode: str, dtype: Any = np.float32, device: Any = None) -> Any:
+    from riftco.device import Device
+    from riftco.nn import GPT, GPTConfig
+
+    dev = device or Device(backend.name, backend.device_index)
+    cfg = GPTConfig(vocab=13, context=16, layers=2, heads=2, width=16, attention=mode)
+    return GPT(cfg, device=dev, dtype=dtype, seed=7), dev
+
+
+def _batches(backend: Any, n: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    rng = np.random.default_rng(4321)
+    index = np.int32 if np.dtype(np.int32) in backend.dtypes else np.int64
+    ids = rng.integers(0, 13, size=(n, 2, 10)).astype(index)
+    return [(b[:, :-1], b[:, 1:]) for b in ids]
+
+
+def _optimizer(model: Any) -> Any:
+    from riftco.optim import AdamW
+
+    return AdamW(model.parameters(), lr=LR, weight_decay=WEIGHT_DECAY)
+
+
+def _clipped_step(model: Any, opt: Any) -> None:
+    from riftco.optim import grad_norm
+
+    opt.step(grad_norm=grad_norm(model.parameters()), max_norm=MAX_NORM)
+
+
+def training_pairs(backend: Any, reference: Any) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """{name: (backend, float64 reference)} for each step's loss and gradients."""
+    from riftco.device import Device
+    from riftco.ops import upload
+
+    ref_dev = Device(reference.name, reference.device_index)
+    pairs: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    for mode in MODES:
+        model, dev = _setup(backend, mode)
+        ref, _ = _setup(reference, mode, np.float64, ref_dev)
+        opt = _optimizer(model)
+        for step, (x, y) in enumerate(_batches(backend, 3)):
+            ref.load_state_dict({k: v.astype(np.float64) for k, v in model.state_dict().items()})
+            got = _forward_backward(model, upload(dev.backend, x), upload(dev.backend, y))
+            want = _forward_backward(ref, upload(ref_dev.backend, x), upload(ref_dev.backend, y))
+            for name in want:
+                pairs[f"{mode}/step{step}/{name}"] = (got[name], want[name])
+            _clipped_step(model, opt)
+    return pairs
+
+
+def _forward_backward(model: Any, x: Any, y: Any) -> dict[str, np.ndarray]:
+    loss = model.loss(x, y)
+    loss.backward()
+    out = {"loss": loss.value.numpy()}
+    for name, p in model.named_parameters():
+        out[f"grad/{name}"] = p.grad.numpy() if p.grad is not None else np.full(p.shape, np.nan)
+    return out
+
+
+def training_results(backend: Any, reference: Any) -> list[CaseResult]:
+    res = CaseResult(
+        "model/tiny_transformer_training", "tiny_transformer_training", "model", "float32", "-"
+    )
+    res.tolerance = MODEL_TOLERANCE.as_dict()
+    start = time.perf_counter()
+    try:
+        pairs = training_pairs(backend, reference)
+    except NotImplementedError as exc:
+        res.status, res.reason = "skip", f"end-to-end training check not available: {exc}"
+        return [res]
+    comps = [compare(name, got, exp, MODEL_TOLERANCE) for name, (got, exp) in pairs.items()]
+    res.examples = 1
+    res.max_abs = max((c.max_abs for c in comps), default=0.0)
+    res.max_rel = max((c.max_rel for c in comps), default=0.0)
+    bad = [c for c in comps if not c.ok]
+    if bad:
+        res.status = "fail"
+        res.reason = "; ".join(c.describe() for c in bad[:4]) + (
+            f"; and {len(bad) - 4} more" if len(bad) > 4 else ""
+        )
+    res.details = [c.as_dict() for c in comps]
+    res.time_s = time.perf_counter() - start
+    return [res]
+
+
+def replay_runs(backend: Any, mode: str, steps: int = 5) -> tuple[list[dict[str, Any]], Any]:
+    """The step run ``steps`` times as written and through ``capture``: per run, its
+    losses and final state; and the capture (its stats and refusal)."""
+    import riftco
+    from riftco.ops import upload
+
+    runs = []
+    replayed: Any = None
+    for captured in (False, True):
+        model, dev = _setup(backend, mode)
+        opt = _optimizer(model)
+
+        def update(x: Any, y: Any, model: Any = model, opt: Any = opt) -> Any:
+            loss = model.loss(x, y)
+            loss.backward()
+            _clipped_step(model, opt)
+            return loss
+
+        cap = riftco.capture(update, warn=False) if captured else None
+        run = cap if cap is not None else update
+        losses = [
+            run(upload(dev.backend, x), upload(dev.backend, y)).numpy()
+            for x, y in _batches(backend, steps)
+        ]
+        state = {f"param/{k}": v for k, v in model.state_dict().items()}
+        for i, s in enumerate(opt.state):
+            for key, value in (s or {}).items():
+                if hasattr(value, "numpy"):
+                    state[f"opt/{i}/{key}"] = value.numpy()
+        runs.append({**{f"loss/step{i}": v for i, v in enumerate(losses)}, **state})
+        if cap is not None:
+            replayed = cap
+    return runs, replayed
+
+
+def capture_training_results(backend: Any) -> list[CaseResult]:
+    res = CaseResult(
+        "capture/tiny_transformer_training", "tiny_transformer_training", "capture", "float32"
+    )
+    start = time.perf_counter()
+    try:
+        for mode in MODES:
+            (eager, replay), cap = replay_runs(backend, mode)
+            res.examples += 1
+            if cap.stats.replayed < 2:
+                why = cap.refused or "no plan after three calls"
+                res.status = "fail"
+                res.reason = f"{mode}: {cap.stats.replayed} of 5 steps replayed, not 2: {why}"
+                break
+            bad = [k for k in eager if k not in replay or not _same_bits(eager[k], replay[k])]
+            if bad:
+                res.status = "fail"
+                more = f" and {len(bad) - 6} more" if len(bad) > 6 else ""
+                what = ", ".join(bad[:6]) + more
+                res.reason = f"{mode}: the replayed steps differ from the eager ones in {what}"
+                break
+    except NotImplementedError as exc:
+        res.status, res.reason = "skip", f"end-to-end training check not available: {exc}"
+    res.time_s = time.perf_counter() - start
+    return [res]
