@@ -68,13 +68,20 @@ def model_results(backend: Any, reference: Any) -> list[CaseResult]:
     except NotImplementedError as exc:
         res.status, res.reason = "skip", f"end-to-end model check not available: {exc}"
         return [res]
+    judge(res, pairs)
+    res.time_s = time.perf_counter() - start
+    return [res]
+
+
+def judge(res: CaseResult, pairs: dict[str, tuple[np.ndarray, np.ndarray]]) -> None:
+    """Fill ``res`` from ``{name: (got, float64 reference)}`` at the model tolerance (the
+    reason names the first four outputs out of it and counts the rest)."""
     comps = [compare(name, got, exp, MODEL_TOLERANCE) for name, (got, exp) in pairs.items()]
     res.examples = 1
     res.max_abs = max((c.max_abs for c in comps), default=0.0)
     res.max_rel = max((c.max_rel for c in comps), default=0.0)
     bad = [c for c in comps if not c.ok]
     if bad:
-        res.status, res.reason = "fail", "; ".join(c.describe() for c in bad)
+        more = f"; and {len(bad) - 4} more" if len(bad) > 4 else ""
+        res.status, res.reason = "fail", "; ".join(c.describe() for c in bad[:4]) + more
     res.details = [c.as_dict() for c in comps]
-    res.time_s = time.perf_counter() - start
-    return [res]

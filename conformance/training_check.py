@@ -23,9 +23,8 @@ import time
 from typing import Any
 
 import numpy as np
-from riftco.ops.comparison import compare
 
-from .model_check import MODEL_TOLERANCE
+from .model_check import MODEL_TOLERANCE, judge
 from .results import CaseResult
 from .runner import _same_bits
 
@@ -102,17 +101,7 @@ def training_results(backend: Any, reference: Any) -> list[CaseResult]:
     except NotImplementedError as exc:
         res.status, res.reason = "skip", f"end-to-end training check not available: {exc}"
         return [res]
-    comps = [compare(name, got, exp, MODEL_TOLERANCE) for name, (got, exp) in pairs.items()]
-    res.examples = 1
-    res.max_abs = max((c.max_abs for c in comps), default=0.0)
-    res.max_rel = max((c.max_rel for c in comps), default=0.0)
-    bad = [c for c in comps if not c.ok]
-    if bad:
-        res.status = "fail"
-        res.reason = "; ".join(c.describe() for c in bad[:4]) + (
-            f"; and {len(bad) - 4} more" if len(bad) > 4 else ""
-        )
-    res.details = [c.as_dict() for c in comps]
+    judge(res, pairs)
     res.time_s = time.perf_counter() - start
     return [res]
 
