@@ -9,6 +9,8 @@ than any single op's.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -60,11 +62,20 @@ def model_forward_backward(
 
 
 def model_results(backend: Any, reference: Any) -> list[CaseResult]:
-    res = CaseResult("model/tiny_transformer", "tiny_transformer", "model", "float32", "-")
+    pairs = partial(model_forward_backward, backend, reference)
+    return model_case("model/tiny_transformer", "tiny_transformer", pairs)
+
+
+def model_case(
+    cid: str, op: str, make_pairs: Callable[[], dict[str, tuple[np.ndarray, np.ndarray]]]
+) -> list[CaseResult]:
+    """The case ``cid`` judged on what ``make_pairs`` returns (``{name: (got, float64
+    reference)}``); a backend that cannot run the model is a skip with the reason."""
+    res = CaseResult(cid, op, "model", "float32", "-")
     res.tolerance = MODEL_TOLERANCE.as_dict()
     start = time.perf_counter()
     try:
-        pairs = model_forward_backward(backend, reference)
+        pairs = make_pairs()
     except NotImplementedError as exc:
         res.status, res.reason = "skip", f"end-to-end model check not available: {exc}"
         return [res]

@@ -20,11 +20,12 @@ Two cases:
 from __future__ import annotations
 
 import time
+from functools import partial
 from typing import Any
 
 import numpy as np
 
-from .model_check import MODEL_TOLERANCE, judge
+from .model_check import model_case
 from .results import CaseResult
 from .runner import _same_bits
 
@@ -91,19 +92,8 @@ def _forward_backward(model: Any, x: Any, y: Any) -> dict[str, np.ndarray]:
 
 
 def training_results(backend: Any, reference: Any) -> list[CaseResult]:
-    res = CaseResult(
-        "model/tiny_transformer_training", "tiny_transformer_training", "model", "float32", "-"
-    )
-    res.tolerance = MODEL_TOLERANCE.as_dict()
-    start = time.perf_counter()
-    try:
-        pairs = training_pairs(backend, reference)
-    except NotImplementedError as exc:
-        res.status, res.reason = "skip", f"end-to-end training check not available: {exc}"
-        return [res]
-    judge(res, pairs)
-    res.time_s = time.perf_counter() - start
-    return [res]
+    pairs = partial(training_pairs, backend, reference)
+    return model_case("model/tiny_transformer_training", "tiny_transformer_training", pairs)
 
 
 def replay_runs(backend: Any, mode: str, steps: int = 5) -> tuple[list[dict[str, Any]], Any]:
