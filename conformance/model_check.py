@@ -1,6 +1,7 @@
 """One forward + backward of the tiny transformer on a backend vs the CPU float64 reference.
 
-Both models start from the same float32 weights (the reference gets them cast up), see
+Both models start from the same weights (float32, or float64 on a backend without float32;
+the reference gets them cast up), see
 the same token batch, and every parameter gradient plus the loss is compared, for both
 attention modes. A whole model accumulates every op's error, so the tolerance is looser
 than any single op's.
@@ -40,7 +41,7 @@ def model_forward_backward(
     pairs: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     for mode in ("materialized", "flash"):
         cfg = GPTConfig(vocab=vocab, context=16, layers=2, heads=2, width=16, attention=mode)
-        model = GPT(cfg, device=dev, dtype=np.float32, seed=7)
+        model = GPT(cfg, device=dev, dtype=model_dtype(backend), seed=7)
         ref = GPT(cfg, device=ref_dev, dtype=np.float64, seed=7)
         ref.load_state_dict({k: v.astype(np.float64) for k, v in model.state_dict().items()})
         results = []
@@ -63,18 +64,32 @@ def model_forward_backward(
 
 def model_results(backend: Any, reference: Any) -> list[CaseResult]:
     pairs = partial(model_forward_backward, backend, reference)
-    return model_case("model/tiny_transformer", "tiny_transformer", pairs)
+    return model_case("model/tiny_transformer", "tiny_transformer", backend, pairs)
+
+
+def model_dtype(backend: Any) -> np.dtype:
+    """float32 where the backend has it, else float64; the model checks' tolerance is not
+    one for half precision, so a backend with neither skips them (NotImplementedError)."""
+    for dt in (np.dtype(np.float32), np.dtype(np.float64)):
+        if dt in backend.dtypes:
+            return dt
+    have = ", ".join(sorted(d.name for d in backend.dtypes))
+    raise NotImplementedError(f"the model checks run in float32 or float64; {have} declared")
 
 
 def model_case(
-    cid: str, op: str, make_pairs: Callable[[], dict[str, tuple[np.ndarray, np.ndarray]]]
+    cid: str,
+    op: str,
+    backend: Any,
+    make_pairs: Callable[[], dict[str, tuple[np.ndarray, np.ndarray]]],
 ) -> list[CaseResult]:
     """The case ``cid`` judged on what ``make_pairs`` returns (``{name: (got, float64
     reference)}``); a backend that cannot run the model is a skip with the reason."""
-    res = CaseResult(cid, op, "model", "float32", "-")
+    res = CaseResult(cid, op, "model", "-", "-")
     res.tolerance = MODEL_TOLERANCE.as_dict()
     start = time.perf_counter()
     try:
+        res.dtype = model_dtype(backend).name
         pairs = make_pairs()
     except NotImplementedError as exc:
         res.status, res.reason = "skip", f"end-to-end model check not available: {exc}"

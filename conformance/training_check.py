@@ -11,7 +11,7 @@ Two cases:
   step's loss and gradients compare a forward and backward that must read the weights the
   backend wrote in place, with the one-step model check's tolerance. (The optimizer's own
   arithmetic is the adam op cases' business: comparing two independently updated models
-  would mostly measure float32 against float64 Adam.)
+  would mostly measure float32 against float64 Adam.) float64 where there is no float32.
 * ``capture/tiny_transformer_training``: five such steps as written and five through
   ``riftco.capture`` (warm-up, two recordings, two replays, each on its own batch), from
   the same weights: every loss and the final weights and optimizer moments bit for bit.
@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from .model_check import model_case
+from .model_check import model_case, model_dtype
 from .results import CaseResult
 from .runner import _same_bits
 
@@ -33,13 +33,13 @@ MODES = ("materialized", "flash")
 LR, WEIGHT_DECAY, MAX_NORM = 0.02, 0.1, 1.0
 
 
-def _setup(backend: Any, mode: str, dtype: Any = np.float32, device: Any = None) -> Any:
+def _setup(backend: Any, mode: str, dtype: Any = None, device: Any = None) -> Any:
     from riftco.device import Device
     from riftco.nn import GPT, GPTConfig
 
     dev = device or Device(backend.name, backend.device_index)
     cfg = GPTConfig(vocab=13, context=16, layers=2, heads=2, width=16, attention=mode)
-    return GPT(cfg, device=dev, dtype=dtype, seed=7), dev
+    return GPT(cfg, device=dev, dtype=dtype or model_dtype(backend), seed=7), dev
 
 
 def _batches(backend: Any, n: int) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -93,7 +93,8 @@ def _forward_backward(model: Any, x: Any, y: Any) -> dict[str, np.ndarray]:
 
 def training_results(backend: Any, reference: Any) -> list[CaseResult]:
     pairs = partial(training_pairs, backend, reference)
-    return model_case("model/tiny_transformer_training", "tiny_transformer_training", pairs)
+    cid, op = "model/tiny_transformer_training", "tiny_transformer_training"
+    return model_case(cid, op, backend, pairs)
 
 
 def replay_runs(backend: Any, mode: str, steps: int = 5) -> tuple[list[dict[str, Any]], Any]:
@@ -132,11 +133,10 @@ def replay_runs(backend: Any, mode: str, steps: int = 5) -> tuple[list[dict[str,
 
 
 def capture_training_results(backend: Any) -> list[CaseResult]:
-    res = CaseResult(
-        "capture/tiny_transformer_training", "tiny_transformer_training", "capture", "float32"
-    )
+    res = CaseResult("capture/tiny_transformer_training", "tiny_transformer_training", "capture")
     start = time.perf_counter()
     try:
+        res.dtype = model_dtype(backend).name
         for mode in MODES:
             (eager, replay), cap = replay_runs(backend, mode)
             res.examples += 1

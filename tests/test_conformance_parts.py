@@ -172,3 +172,32 @@ def test_dtypes_option_checks_only_those_dtypes(tmp_path, capsys):
     assert report["settings"]["dtypes"] == ["float32"]
     assert cli.main(["cpu", "--dtypes", "int32", "--quiet"]) == 2
     assert "--dtypes int32: cpu:0 has float dtypes float32, float64" in capsys.readouterr().err
+
+
+def test_model_checks_run_in_the_dtypes_a_backend_declares(registry, tmp_path: Path) -> None:
+    """float64 and int64 only (no float32, no int32): the model and training checks run in
+    those (the model's positions take the ids' dtype) instead of erroring; a backend with no
+    float32 or float64 skips them with the reason."""
+    from helpers import plugin_for
+    from riftco.backends.cpu.backend import CPUBackend
+    from riftco.conformance import cli
+
+    class Wide(CPUBackend):
+        name = "wide"
+        dtypes = frozenset({np.dtype(np.float64), np.dtype(np.int64)})
+
+    class Half(CPUBackend):
+        name = "half"
+        dtypes = frozenset({np.dtype(np.float16), np.dtype(np.int32)})
+
+    registry.register(plugin_for(Wide, Half), name="dtype-backends")
+    out = tmp_path / "r.json"
+    for name, status in (("wide", "pass"), ("half", "skip")):
+        cli.main([name, "--ops", "*tiny_transformer*", "--json", str(out), "--quiet"])
+        cases = {c["id"]: c for d in json.loads(out.read_text())["devices"] for c in d["cases"]}
+        model = [c for cid, c in cases.items() if "tiny_transformer" in cid]
+        assert len(model) == 3 and all(c["status"] == status for c in model), model
+        if status == "pass":
+            assert all(c["dtype"] == "float64" for c in model)
+        else:
+            assert all("float32 or float64; float16, int32 declared" in c["reason"] for c in model)

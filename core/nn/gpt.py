@@ -115,7 +115,7 @@ class GPT(Module):
         self.blocks = [Block(config, rng=rng, **kw) for _ in range(config.layers)]
         self.ln_f = LayerNorm(config.width, **kw)
         self.head = Linear(config.width, config.vocab, bias=False, rng=rng, **kw)
-        self._positions: dict[int, Tensor] = {}
+        self._positions: dict[tuple[int, np.dtype], Tensor] = {}
 
     def to(self, device: str | Device) -> GPT:
         super().to(device)
@@ -135,9 +135,10 @@ class GPT(Module):
                 f"[GPT] cannot forward a sequence of length {T}; the context is only "
                 f"{self.config.context}"
             )
-        pos = self._positions.get(T)
+        pos = self._positions.get((T, idx.dtype))  # in the ids' dtype: the backend has it
         if pos is None:
-            pos = self._positions[T] = creation.arange(T, dtype=np.int32, device=self.device)
+            pos = creation.arange(T, dtype=idx.dtype, device=self.device)
+            self._positions[(T, idx.dtype)] = pos
         tok = self.wte(idx)  # (B, T, C)
         x = (tok + self.wpe(pos).broadcast_to((B, T, C))).reshape(B * T, C)  # (B*T, C)
         if self.config.recompute == "block":  # regions meet at the stream: adds stay plain
