@@ -45,7 +45,7 @@ def _setup(backend: Any, mode: str, dtype: Any = None, device: Any = None) -> An
 def _batches(backend: Any, n: int) -> list[tuple[np.ndarray, np.ndarray]]:
     rng = np.random.default_rng(4321)
     index = np.int32 if np.dtype(np.int32) in backend.dtypes else np.int64
-    ids = rng.integers(0, 13, size=(n, 2, 10)).astype(index)
+    ids = rng.integers(0, 13, size=(n, 2, 10)).astype(index)  # vocab 13, 9 positions of 16
     return [(b[:, :-1], b[:, 1:]) for b in ids]
 
 
@@ -104,7 +104,7 @@ def replay_runs(backend: Any, mode: str, steps: int = 5) -> tuple[list[dict[str,
     from riftco.ops import upload
 
     runs = []
-    replayed: Any = None
+    the_capture: Any = None
     for captured in (False, True):
         model, dev = _setup(backend, mode)
         opt = _optimizer(model)
@@ -128,8 +128,8 @@ def replay_runs(backend: Any, mode: str, steps: int = 5) -> tuple[list[dict[str,
                     state[f"opt/{i}/{key}"] = value.numpy()
         runs.append({**{f"loss/step{i}": v for i, v in enumerate(losses)}, **state})
         if cap is not None:
-            replayed = cap
-    return runs, replayed
+            the_capture = cap
+    return runs, the_capture
 
 
 def capture_training_results(backend: Any) -> list[CaseResult]:
