@@ -22,44 +22,54 @@ from .results import CaseResult
 
 #: A whole model accumulates every op's error; this is looser than any single op.
 MODEL_TOLERANCE = Tolerance(1e-3, 1e-3)
+#: The vocabulary of the tiny transformer every model check builds (seed 7).
+TINY_VOCAB = 13
 
 
 def model_forward_backward(
     backend: Any, reference: Any
 ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Return {output name: (backend result, float64 reference)} for loss and gradients."""
-    from riftco.device import Device
-    from riftco.nn import GPT, GPTConfig
     from riftco.ops import upload
 
-    dev = Device(backend.name, backend.device_index)
-    ref_dev = Device(reference.name, reference.device_index)
     rng = np.random.default_rng(1234)
-    batch, steps, vocab = 2, 9, 13
-    ids = rng.integers(0, vocab, size=(batch, steps + 1))
-    index = np.int32 if np.dtype(np.int32) in backend.dtypes else np.int64
+    ids = rng.integers(0, TINY_VOCAB, size=(2, 10)).astype(index_dtype(backend))
+    x, y = ids[:, :-1], ids[:, 1:]
     pairs: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     for mode in ("materialized", "flash"):
-        cfg = GPTConfig(vocab=vocab, context=16, layers=2, heads=2, width=16, attention=mode)
-        model = GPT(cfg, device=dev, dtype=model_dtype(backend), seed=7)
-        ref = GPT(cfg, device=ref_dev, dtype=np.float64, seed=7)
+        model, dev = tiny_gpt(backend, mode)
+        ref, ref_dev = tiny_gpt(reference, mode, np.dtype(np.float64))
         ref.load_state_dict({k: v.astype(np.float64) for k, v in model.state_dict().items()})
-        results = []
-        for m, d in ((model, dev), (ref, ref_dev)):
-            x = upload(d.backend, ids[:, :-1].astype(index))
-            y = upload(d.backend, ids[:, 1:].astype(index))
-            loss = m.loss(x, y)
-            loss.backward()
-            grads = {
-                name: p.grad.numpy() if p.grad is not None else np.full(p.shape, np.nan)
-                for name, p in m.named_parameters()
-            }
-            results.append((loss.value.numpy(), grads))
-        (loss_got, got), (loss_exp, exp) = results
-        pairs[f"{mode}/loss"] = (loss_got, loss_exp)
-        for name in exp:
-            pairs[f"{mode}/grad/{name}"] = (got[name], exp[name])
+        got = forward_backward(model, upload(dev.backend, x), upload(dev.backend, y))
+        want = forward_backward(ref, upload(ref_dev.backend, x), upload(ref_dev.backend, y))
+        for name in want:
+            pairs[f"{mode}/{name}"] = (got[name], want[name])
     return pairs
+
+
+def tiny_gpt(backend: Any, mode: str, dtype: np.dtype | None = None) -> tuple[Any, Any]:
+    """``(model, device)``: the checks' tiny GPT on ``backend`` in ``dtype`` (default: the
+    backend's model dtype) with ``mode`` attention."""
+    from riftco.device import Device
+    from riftco.nn import GPT, GPTConfig
+
+    dev = Device(backend.name, backend.device_index)
+    cfg = GPTConfig(vocab=TINY_VOCAB, context=16, layers=2, heads=2, width=16, attention=mode)
+    return GPT(cfg, device=dev, dtype=dtype or model_dtype(backend), seed=7), dev
+
+
+def index_dtype(backend: Any) -> Any:
+    return np.int32 if np.dtype(np.int32) in backend.dtypes else np.int64
+
+
+def forward_backward(model: Any, x: Any, y: Any) -> dict[str, np.ndarray]:
+    """``loss`` and ``grad/NAME`` for every parameter (NaN where none arrived)."""
+    loss = model.loss(x, y)
+    loss.backward()
+    out = {"loss": loss.value.numpy()}
+    for name, p in model.named_parameters():
+        out[f"grad/{name}"] = p.grad.numpy() if p.grad is not None else np.full(p.shape, np.nan)
+    return out
 
 
 def model_results(backend: Any, reference: Any) -> list[CaseResult]:

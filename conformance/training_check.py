@@ -25,7 +25,14 @@ from typing import Any
 
 import numpy as np
 
-from .model_check import model_case, model_dtype
+from .model_check import (
+    TINY_VOCAB,
+    forward_backward,
+    index_dtype,
+    model_case,
+    model_dtype,
+    tiny_gpt,
+)
 from .results import CaseResult
 from .runner import _same_bits
 
@@ -33,19 +40,9 @@ MODES = ("materialized", "flash")
 LR, WEIGHT_DECAY, MAX_NORM = 0.02, 0.1, 1.0
 
 
-def _setup(backend: Any, mode: str, dtype: Any = None, device: Any = None) -> Any:
-    from riftco.device import Device
-    from riftco.nn import GPT, GPTConfig
-
-    dev = device or Device(backend.name, backend.device_index)
-    cfg = GPTConfig(vocab=13, context=16, layers=2, heads=2, width=16, attention=mode)
-    return GPT(cfg, device=dev, dtype=dtype or model_dtype(backend), seed=7), dev
-
-
 def _batches(backend: Any, n: int) -> list[tuple[np.ndarray, np.ndarray]]:
     rng = np.random.default_rng(4321)
-    index = np.int32 if np.dtype(np.int32) in backend.dtypes else np.int64
-    ids = rng.integers(0, 13, size=(n, 2, 10)).astype(index)  # vocab 13, 9 positions of 16
+    ids = rng.integers(0, TINY_VOCAB, size=(n, 2, 10)).astype(index_dtype(backend))
     return [(b[:, :-1], b[:, 1:]) for b in ids]
 
 
@@ -63,32 +60,21 @@ def _clipped_step(model: Any, opt: Any) -> None:
 
 def training_pairs(backend: Any, reference: Any) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """{name: (backend, float64 reference)} for each step's loss and gradients."""
-    from riftco.device import Device
     from riftco.ops import upload
 
-    ref_dev = Device(reference.name, reference.device_index)
     pairs: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     for mode in MODES:
-        model, dev = _setup(backend, mode)
-        ref, _ = _setup(reference, mode, np.float64, ref_dev)
+        model, dev = tiny_gpt(backend, mode)
+        ref, ref_dev = tiny_gpt(reference, mode, np.dtype(np.float64))
         opt = _optimizer(model)
         for step, (x, y) in enumerate(_batches(backend, 3)):
             ref.load_state_dict({k: v.astype(np.float64) for k, v in model.state_dict().items()})
-            got = _forward_backward(model, upload(dev.backend, x), upload(dev.backend, y))
-            want = _forward_backward(ref, upload(ref_dev.backend, x), upload(ref_dev.backend, y))
+            got = forward_backward(model, upload(dev.backend, x), upload(dev.backend, y))
+            want = forward_backward(ref, upload(ref_dev.backend, x), upload(ref_dev.backend, y))
             for name in want:
                 pairs[f"{mode}/step{step}/{name}"] = (got[name], want[name])
             _clipped_step(model, opt)
     return pairs
-
-
-def _forward_backward(model: Any, x: Any, y: Any) -> dict[str, np.ndarray]:
-    loss = model.loss(x, y)
-    loss.backward()
-    out = {"loss": loss.value.numpy()}
-    for name, p in model.named_parameters():
-        out[f"grad/{name}"] = p.grad.numpy() if p.grad is not None else np.full(p.shape, np.nan)
-    return out
 
 
 def training_results(backend: Any, reference: Any) -> list[CaseResult]:
@@ -106,7 +92,7 @@ def replay_runs(backend: Any, mode: str, steps: int = 5) -> tuple[list[dict[str,
     runs = []
     the_capture: Any = None
     for captured in (False, True):
-        model, dev = _setup(backend, mode)
+        model, dev = tiny_gpt(backend, mode)
         opt = _optimizer(model)
 
         def update(x: Any, y: Any, model: Any = model, opt: Any = opt) -> Any:
