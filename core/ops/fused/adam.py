@@ -64,17 +64,23 @@ def adam_update(
     for t, what in ((param, "param"), (m, "m"), (v, "v")):
         if not t.is_dense or t.storage.size != t.size:
             raise ShapeError(f"[{op}] {what} must be a dense tensor owning its storage")
-    if not isinstance(step, int) or isinstance(step, bool) or step < 1:
-        raise ShapeError(f"[{op}] step counts from 1; got {step!r}")
+    step = checked_step(op, step)
     hyper = tuple(checks.number(op, x, name) for x, name in (
         (lr, "lr"), (beta1, "beta1"), (beta2, "beta2"), (eps, "eps"),
         (weight_decay, "weight_decay")))  # fmt: skip
     check_hyper(op, hyper, step)
-    step = step if type(step) is DynamicInt else int(step)  # a captured step refills it
     dispatch(ADAM_UPDATE, backend, (param, grad, m, v, *hyper, step), None)
     param.bump_version()
     m.bump_version()
     v.bump_version()
+
+
+def checked_step(op: str, step: Any) -> int:
+    """``step`` (an int from 1) as the backend gets it: a number a captured step refills on
+    replay stays one, any other int becomes a plain int."""
+    if not isinstance(step, int) or isinstance(step, bool) or step < 1:
+        raise ShapeError(f"[{op}] step counts from 1; got {step!r}")
+    return step if type(step) is DynamicInt else int(step)
 
 
 #: Steps beyond this are refused: the bias corrections ``beta ** step`` need a float step.

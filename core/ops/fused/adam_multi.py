@@ -18,12 +18,11 @@ from typing import Any, Protocol
 from ...errors import DomainError, DTypeError, ShapeError
 from ...tensor import Tensor
 from .. import checks
-from ..capture_hooks import DynamicInt
 from ..dispatch import dispatch
 from ..opunit import OpUnit, Tolerance, Tolerances, register, samples_module
 from ..primitive.binary import add_scalar, div, maximum, mul
 from ..primitive.memory import full_like
-from .adam import adam_update, check_hyper
+from .adam import adam_update, check_hyper, checked_step
 
 _SAMPLES = samples_module(__name__)
 
@@ -99,8 +98,7 @@ def adam_update_multi(
             + ", ".join(str(len(x)) for x in lists)
         )
     ps, gs, m_list, v_list = lists
-    if not isinstance(step, int) or isinstance(step, bool) or step < 1:
-        raise ShapeError(f"[{op}] step counts from 1; got {step!r}")
+    step = checked_step(op, step)
     hyper = tuple(checks.number(op, x, name) for x, name in (
         (lr, "lr"), (beta1, "beta1"), (beta2, "beta2"), (eps, "eps"),
         (weight_decay, "weight_decay")))  # fmt: skip
@@ -125,7 +123,6 @@ def adam_update_multi(
     written = [id(t.storage) for t in (*ps, *m_list, *v_list)]
     if len(set(written)) != len(written):
         raise ShapeError(f"[{op}] a param, m or v storage is listed twice (updates would race)")
-    step = step if type(step) is DynamicInt else int(step)  # a captured step refills it
     args = (ps, gs, m_list, v_list, *hyper, step, grad_norm, limit)
     dispatch(ADAM_UPDATE_MULTI, backend, args, None)
     for t in (*ps, *m_list, *v_list):

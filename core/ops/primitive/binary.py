@@ -12,12 +12,8 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-import numpy as np
-
-from ...errors import DTypeError
 from ...tensor import Tensor
 from .. import checks
-from ..capture_hooks import DynamicFloat
 from ..dispatch import dispatch
 from ..opunit import OpUnit, Tolerance, Tolerances, register, samples_module
 from .select import compare
@@ -109,15 +105,11 @@ def minimum(a: Tensor, b: Tensor) -> Tensor:
 
 def _scalar(unit: OpUnit, x: Tensor, value: Any) -> Tensor:
     tv = type(value)
-    if not (type(x) is Tensor and (tv is float or tv is int) and x.dtype in FLOATS):
-        checks.tensor(unit.name, x)
-        if not isinstance(value, (int, float, np.integer, np.floating)) or isinstance(value, bool):
-            raise DTypeError(
-                f"[{unit.name}] scalar must be a Python number; got {type(value).__name__}"
-            )
-        checks.floats(unit.name, x)
-    if tv is not DynamicFloat:  # a captured step refills that one on replay: keep it
-        value = float(value)
+    if type(x) is Tensor and (tv is float or tv is int) and x.dtype in FLOATS:
+        return dispatch(unit, x.backend, (x, float(value)), x)
+    checks.tensor(unit.name, x)
+    value = checks.number(unit.name, value, "scalar")  # keeps a number a replay refills
+    checks.floats(unit.name, x)
     return dispatch(unit, x.backend, (x, value), x)
 
 
