@@ -1,4 +1,5 @@
-"""One summary of a bench/gpu_check.sh run: each target of issue 15, met or not, with numbers.
+"""One summary of a bench/gpu_check.sh run: each stage's verdict, then each speed target
+(issue 15), met or not, with numbers.
 
 Reads the JSON files the check wrote into DIR and writes DIR/summary.json; prints a table.
 
@@ -20,8 +21,31 @@ def _load(path: Path) -> Any:
         return None
 
 
+def _stages(path: Path) -> list[dict[str, Any]]:
+    """stages.tsv, which bench/gpu_check.sh appends to as each stage ends."""
+    try:
+        lines = path.read_text().splitlines()[1:]
+    except OSError:
+        return []
+    rows = []
+    for line in lines:
+        name, rc, seconds, limit = (line.split("\t") + ["", "", "", ""])[:4]
+        verdict = "pass" if rc == "0" else ("timed out" if rc in ("124", "137") else "FAIL")
+        rows.append({"stage": name, "exit": rc, "seconds": seconds, "limit": limit,
+                     "verdict": verdict})  # fmt: skip
+    return rows
+
+
 def summarize(folder: Path) -> dict[str, Any]:
     out: dict[str, Any] = {}
+    out["stages"] = _stages(folder / "stages.tsv")
+    out["passed"] = bool(out["stages"]) and all(r["verdict"] == "pass" for r in out["stages"])
+    smoke = _load(folder / "smoke.json")
+    if isinstance(smoke, dict):
+        out["smoke"] = [
+            f"{r.get('step')}: {'ok' if r.get('ok') else 'FAIL ' + str(r.get('error', ''))}"
+            for r in smoke.get("steps", [])
+        ]
     conf = _load(folder / "conformance.json")
     if isinstance(conf, dict):
         out["conformance"] = {"passed": conf.get("passed"), **(conf.get("summary") or {})}

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 import riftco
+from riftco.errors import DeviceLostError
 from riftco.ops.opunit import OpUnit
 from riftco.ops.samples import Arr, Ctx
 from riftco.tensor import Tensor
@@ -106,6 +107,8 @@ def _run(unit: OpUnit, ctx: Ctx, backend: Any, res: CaseResult, composite: bool)
                 res.reason = f"replay differs from the eager call in {what}"
                 res.example = seen
                 break
+    except DeviceLostError:  # the run's end (suite.run_target), not this case's error
+        raise
     except Exception as exc:  # noqa: BLE001 - the case's error, never the run's
         res.status, res.reason = "error", _crash(exc)
     res.time_s = time.perf_counter() - start

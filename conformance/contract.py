@@ -183,6 +183,8 @@ def _run_domain(backend: Any, sample: ErrorSample) -> CaseResult:
     try:
         _sync(backend, sample.run(_DeviceInputs(backend)))
     except BaseException as exc:  # noqa: BLE001 - anything else is this case's failure
+        if isinstance(exc, riftco.errors.DeviceLostError):
+            raise
         raised = exc
     if raised is None:
         res.status, res.reason = "fail", "no DomainError at the call or at the next sync point"

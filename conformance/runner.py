@@ -29,6 +29,7 @@ import riftco
 from hypothesis import HealthCheck, Phase, Verbosity, given, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
+from riftco.errors import DeviceLostError
 from riftco.ops.comparison import Comparison, compare
 from riftco.ops.opunit import OpUnit
 from riftco.ops.primitive.memory import storage_array
@@ -188,6 +189,8 @@ class NumericCase:
             self._run_drawn(run)
         except _StopCase:
             pass
+        except DeviceLostError:  # the run's end, not this case's: suite.run_target stops
+            raise
         except Exception as exc:  # a crash in the backend (or a riftco error on valid input)
             self.result.status = "error"
             self.result.reason = _crash(exc)

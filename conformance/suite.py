@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 import riftco
+from riftco.errors import DeviceLostError
 from riftco.ops.samples import Ctx
 from riftco.plugins import BackendEntry, get_registry
 
@@ -185,7 +186,9 @@ def apply_expectation(result: CaseResult, expectations: Expectations) -> CaseRes
 def run_target(
     target: Target, run: RunSettings, expectations: Expectations
 ) -> Iterator[CaseResult]:
-    """Yield results as they come (the CLI prints them live)."""
+    """Yield results as they come (the CLI prints them live). A lost device (a sticky
+    driver error) ends the run at the case that lost it: the rest are listed as not run."""
+    lost: str | None = None
     for planned in plan(target, run):
         exp = expectations.lookup(planned.case_id) if planned.case_id != "protocol" else None
         if exp is not None and exp.status == "skip":
@@ -197,17 +200,35 @@ def run_target(
             continue
         if exp is not None:
             exp.matched -= 1
+        if lost is not None:  # every later case would fail the same way: say so once
+            yield _not_run(planned, lost)
+            continue
         start = time.perf_counter()
-        for res in _run_safely(planned):
+        try:
+            results = _run_safely(planned)
+        except DeviceLostError as exc:
+            lost = f"{planned.case_id}: {exc}"
+            reason = f"{_crash(exc)}; the device is lost, the remaining cases are not run"
+            results = [_case_result(planned, "error", reason)]
+        for res in results:
             res.time_s = res.time_s or time.perf_counter() - start
             yield apply_expectation(res, expectations)
+
+
+def _not_run(planned: PlannedCase, lost: str) -> CaseResult:
+    return _case_result(planned, "skip", f"not run: the device was lost at {lost}")
+
+
+def _case_result(planned: PlannedCase, status: str, reason: str) -> CaseResult:
+    group = planned.case_id.split("/")[0] if "/" in planned.case_id else "numeric"
+    return CaseResult(planned.case_id, planned.op, group, status=status, reason=reason)
 
 
 def _run_safely(planned: PlannedCase) -> list[CaseResult]:
     """A case that raises (the model check included) is that case's error, never the run's."""
     try:
         return planned.run()
+    except DeviceLostError:
+        raise
     except Exception as exc:  # noqa: BLE001 - recorded, and the run goes on
-        group = planned.case_id.split("/")[0] if "/" in planned.case_id else "numeric"
-        res = CaseResult(planned.case_id, planned.op, group, status="error", reason=_crash(exc))
-        return [res]
+        return [_case_result(planned, "error", _crash(exc))]

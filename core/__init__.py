@@ -26,6 +26,7 @@ from .errors import (
     BackendContractError,
     BackendUnavailableError,
     CaptureError,
+    DeviceLostError,
     DeviceMismatchError,
     DomainError,
     DTypeError,
@@ -61,4 +62,5 @@ __all__ = [
     "RiftcoError", "ShapeError", "DTypeError", "DeviceMismatchError", "BackendUnavailableError",
     "UnknownBackendError", "PluginError", "StaleGraphError", "GradientError", "DomainError",
     "KernelCompileError", "ValidationError", "BackendContractError", "OutOfMemoryError",
+    "DeviceLostError",
 ]  # fmt: skip

@@ -69,6 +69,12 @@ class CaptureError(RiftcoError, RuntimeError):
     did not get as an argument, ...); the message says what and how to change it."""
 
 
+class DeviceLostError(RiftcoError, RuntimeError):
+    """The device can run no more work in this process (a sticky CUDA context error such
+    as an illegal address): every later call would fail the same way, so callers that go
+    on case by case (conformance) stop at the first one instead of cascading."""
+
+
 class ValidationError(RiftcoError, AssertionError):
     """Shadow validation (``RIFTCO_VALIDATE=cpu``) saw a backend diverge from the reference."""
 

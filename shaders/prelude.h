@@ -96,12 +96,18 @@ typedef unsigned char uchar;
 #define LOCAL_PTR
 #define ARG(n)
 #define THREAD_ARGS
-#define GID ((int)(blockIdx.x * blockDim.x + threadIdx.x))
+/* Global index and size in 64 bits, saturated to INT_MAX: `blockIdx.x * blockDim.x` is
+ * 32-bit unsigned arithmetic, so past 2^31 threads (a grid rounded up to whole blocks of
+ * 96 or 352 near 2^31 elements) the int cast turns negative and a tail thread passes an
+ * `i < n` test with a negative index. Saturated, every such thread reads INT_MAX >= n
+ * (kernel_host refuses tensors of 2^31 elements or more: MAX_ELEMENTS). */
+#define RS_SAT_INT(x) ((int)((x) > 0x7fffffffULL ? 0x7fffffffULL : (x)))
+#define GID RS_SAT_INT((unsigned long long)blockIdx.x * blockDim.x + threadIdx.x)
 #define LID ((int)threadIdx.x)
 #define GROUP_ID ((int)blockIdx.x)
 #define GROUP_SIZE ((int)blockDim.x)
 #define NUM_GROUPS ((int)gridDim.x)
-#define GLOBAL_SIZE ((int)(blockDim.x * gridDim.x))
+#define GLOBAL_SIZE RS_SAT_INT((unsigned long long)blockDim.x * gridDim.x)
 #define BARRIER() __syncthreads()
 #define INFINITY_T INFINITY
 #define RSQRT(x) rsqrt(x)

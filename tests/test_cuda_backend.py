@@ -156,8 +156,10 @@ def test_launch_rounds_up_to_whole_blocks_and_passes_pointers():
     """The pointer-array plumbing, checked against a recording driver (no GPU needed)."""
     rec = _LaunchRecorder()
     rt = runtime.CudaRuntime.__new__(runtime.CudaRuntime)
-    dev = types.SimpleNamespace(lock=threading.RLock(), stream="s", make_current=lambda: None)
-    rt._dev, rt.drv = dev, rec
+    dev = types.SimpleNamespace(
+        lock=threading.RLock(), stream="s", enter=lambda: None, launched=lambda name: None
+    )
+    rt._dev, rt.drv, rt._sync_each = dev, rec, False
     rt._args = np.zeros(runtime.MAX_ARGS, dtype=np.uint64)
     base = rt._args.ctypes.data
     rt._arg_ptrs = np.array([base + 8 * i for i in range(runtime.MAX_ARGS)], dtype=np.uint64)

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import platform
 import re
+import shutil
 import struct
+import subprocess
 import sys
 
 import numpy as np
@@ -198,3 +200,37 @@ def test_parity_check_can_fail():
     )
     (defs,) = _dialect_chains(text)
     assert (defs["metal"] | defs["opencl"]) - defs["cuda"] == {"ONLY_METAL", "NESTED"}
+
+
+@pytest.mark.skipif(not shutil.which("cc"), reason="no C compiler to run the index macros")
+def test_cuda_global_index_is_64_bit_and_saturates(tmp_path):
+    """The CUDA branch's GID and GLOBAL_SIZE, evaluated as written (block and thread ids as
+    the unsigned ints CUDA has): near 2^31 elements at a block of 96 the last block's
+    threads pass 2^31, where 32-bit arithmetic made a negative index that slips past an
+    `i < n` test; saturated they read INT_MAX."""
+    cuda_branch = shader_text("prelude.h").split("#elif defined(__CUDACC_RTC__)", 1)[1]
+    macros = [
+        line
+        for line in cuda_branch.splitlines()
+        if re.match(r"#define (RS_SAT_INT|GID|GLOBAL_SIZE)\b", line)
+    ]
+    assert len(macros) == 3, macros
+    n = 2**31 - 10  # fewer elements than INT_MAX: a legal tensor
+    blocks = -(-n // 96)
+    src = "\n".join(
+        [
+            "#include <stdio.h>",
+            "struct u3 { unsigned int x; };",
+            f"struct u3 blockIdx = {{{blocks - 1}u}}, blockDim = {{96u}}, threadIdx = {{95u}};",
+            f"struct u3 gridDim = {{{blocks}u}};",
+            *macros,
+            'int main(void) { printf("%d %d\\n", GID, GLOBAL_SIZE); return 0; }',
+        ]
+    )
+    (tmp_path / "gid.c").write_text(src)
+    subprocess.run(["cc", "-o", str(tmp_path / "gid"), str(tmp_path / "gid.c")], check=True)
+    out = subprocess.run([str(tmp_path / "gid")], capture_output=True, text=True, check=True)
+    gid, size = map(int, out.stdout.split())
+    assert (blocks - 1) * 96 + 95 >= 2**31  # the case the old 32-bit form got wrong
+    assert gid == 2**31 - 1 and gid >= n
+    assert size == 2**31 - 1

@@ -90,6 +90,7 @@ class CudaBackend(KernelBackend):
                 "driver": f"{major}.{minor}",
                 "nvrtc": nv,
             }
+            details["memory"], details["uploads"] = rt.memory_paths(d.index, d.memory_pools)
             if cache is not None:  # its entries' build logs: riftco backends --verbose
                 details["kernel_cache"] = str(cache.folder)
             dts = ("float32", "float64", "int32", "int64")

@@ -15,7 +15,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from riftco.errors import RiftcoError
+from riftco.errors import DeviceLostError, RiftcoError
 
 PROBE_TIMEOUT_ENV = "RIFTCO_CUDA_PROBE_TIMEOUT"
 PROBE_TIMEOUT_S = 15.0
@@ -27,6 +27,30 @@ class CudaDriverError(RiftcoError, RuntimeError):
 
 class CudaOutOfMemoryError(CudaDriverError, MemoryError):
     """The device has no room for an allocation (pooled buffers were already returned)."""
+
+
+class CudaDeviceLostError(CudaDriverError, DeviceLostError):
+    """A sticky error: the context can run nothing more in this process (CUDA keeps
+    returning the same error from every call), so riftco stops instead of cascading."""
+
+
+#: Errors after which the context is unusable until the process exits (the CUDA driver
+#: API documents these as persisting: "the process must be terminated and relaunched").
+STICKY = frozenset(
+    {
+        "CUDA_ERROR_ILLEGAL_ADDRESS",
+        "CUDA_ERROR_LAUNCH_FAILED",
+        "CUDA_ERROR_LAUNCH_TIMEOUT",
+        "CUDA_ERROR_HARDWARE_STACK_ERROR",
+        "CUDA_ERROR_ILLEGAL_INSTRUCTION",
+        "CUDA_ERROR_MISALIGNED_ADDRESS",
+        "CUDA_ERROR_INVALID_ADDRESS_SPACE",
+        "CUDA_ERROR_INVALID_PC",
+        "CUDA_ERROR_ASSERT",
+        "CUDA_ERROR_ECC_UNCORRECTABLE",
+        "CUDA_ERROR_CONTEXT_IS_DESTROYED",
+    }
+)
 
 
 @functools.lru_cache(maxsize=1)
@@ -50,13 +74,35 @@ def error_name(drv: Any, err: Any) -> str:
         return str(err)
 
 
+def error_text(drv: Any, err: Any) -> str:
+    """``CUDA_ERROR_X (code N: the driver's description)``: the name alone hides which
+    call of several failed, the number is what NVIDIA's tables list."""
+    name = error_name(drv, err)
+    try:
+        code = int(err)
+    except (TypeError, ValueError):
+        code = None
+    try:
+        _, desc = drv.cuGetErrorString(err)
+        desc = desc.decode() if isinstance(desc, bytes) else str(desc or "")
+    except Exception:
+        desc = ""
+    inner = "; ".join(p for p in (f"code {code}" if code is not None else "", desc) if p)
+    return f"{name} ({inner})" if inner else name
+
+
+def error_class(name: str) -> type[CudaDriverError]:
+    if "OUT_OF_MEMORY" in name:
+        return CudaOutOfMemoryError
+    return CudaDeviceLostError if name in STICKY else CudaDriverError
+
+
 def check(drv: Any, result: tuple[Any, ...], what: str) -> Any:
-    """The value(s) of a ``cuda.bindings`` call's result tuple; raise on a non-zero status."""
+    """The value(s) of a ``cuda.bindings`` call's result tuple; raise on a non-zero status,
+    naming the call and the CUresult."""
     err = result[0]
     if err != drv.CUresult.CUDA_SUCCESS:
-        name = error_name(drv, err)
-        cls = CudaOutOfMemoryError if "OUT_OF_MEMORY" in name else CudaDriverError
-        raise cls(f"[cuda] {what} failed: {name}")
+        raise error_class(error_name(drv, err))(f"[cuda] {what} failed: {error_text(drv, err)}")
     if len(result) == 1:
         return None
     return result[1] if len(result) == 2 else result[1:]

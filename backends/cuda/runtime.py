@@ -6,9 +6,17 @@ What the host layer (``riftco.kernel_host.runtime.Runtime``) needs, and how CUDA
   hand a freed buffer to the next op without waiting.
 - Memory: stream-ordered ``cuMemAllocAsync`` / ``cuMemFreeAsync`` where the device has
   memory pools (a free never stalls the host, unlike ``cuMemFree``), plain ``cuMemAlloc``
-  elsewhere. Never managed memory.
+  elsewhere, after a first ``cuMemAllocAsync`` failure that is not out-of-memory (a
+  sandboxed driver may refuse pools), or with ``RIFTCO_CUDA_POOLS=0``. Never managed memory.
 - Uploads up to :data:`STAGE_CHUNK` bytes (parameter buffers, token batches) go through a
   pinned staging ring, so they stay asynchronous; a pageable copy may wait for the stream.
+  Where ``cuMemHostAlloc`` is refused (or ``RIFTCO_CUDA_POOLS=0``) every upload is pageable.
+  Both fallbacks are said (a ``RuntimeWarning`` and ``riftco backends``), never silent.
+- Errors: launches are asynchronous, so a kernel's fault surfaces at a later call. A
+  synchronisation that fails names the kernels launched since the last one (first, last,
+  count); ``RIFTCO_CUDA_SYNC=1`` synchronises after every launch and names the very
+  kernel. A sticky error (an illegal address, ...) marks the device lost: every later
+  call raises :class:`~riftco.errors.DeviceLostError` at once with the first error's text.
 - Compilation: NVRTC to CUBIN for the device's own architecture (``compiler.py``), loaded
   with ``cuModuleLoadData``; modules are shared per device and source.
 - Launch: kernels take only pointers (parameters travel in buffers, as on Metal); the
@@ -26,7 +34,8 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
-from collections.abc import Sequence
+import warnings
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -35,18 +44,40 @@ from riftco.kernel_host.build_log import BuildLog
 from riftco.kernel_host.runtime import KernelsByName, RuntimeCapabilities, checked_group_size
 
 from . import compiler
-from .driver import CudaDriverError, DeviceProps, check, load, probe
+from .driver import (
+    STICKY,
+    CudaDeviceLostError,
+    CudaDriverError,
+    DeviceProps,
+    check,
+    error_name,
+    error_text,
+    load,
+    probe,
+)
 
 #: The largest block a kernel may see: threadgroup arrays are sized for 1024 threads.
 MAX_GROUP = 1024
 GROUP_ENV = "RIFTCO_CUDA_GROUP_SIZE"
 WIDE_ENV = "RIFTCO_CUDA_WIDE_MIN_TILES"
+SYNC_ENV = "RIFTCO_CUDA_SYNC"
+POOLS_ENV = "RIFTCO_CUDA_POOLS"
 #: Most buffers one kernel binds (the widest signature in shaders/ has 9).
 MAX_ARGS = 32
 #: Pinned staging ring for small uploads: STAGE_CHUNKS chunks of STAGE_CHUNK bytes.
 STAGE_CHUNK = 1 << 20
 STAGE_CHUNKS = 8
 _STAGE_ALIGN = 256
+
+
+def sync_each_launch() -> bool:
+    """``RIFTCO_CUDA_SYNC=1``: wait for every launch, so a fault names its own kernel."""
+    return os.environ.get(SYNC_ENV, "").strip() not in ("", "0")
+
+
+def pools_wanted() -> bool:
+    """``RIFTCO_CUDA_POOLS=0`` forces plain ``cuMemAlloc`` and pageable uploads."""
+    return os.environ.get(POOLS_ENV, "").strip() != "0"
 
 
 def group_size_for(props: DeviceProps, requested: int | None = None) -> int:
@@ -56,18 +87,19 @@ def group_size_for(props: DeviceProps, requested: int | None = None) -> int:
 
 
 class CudaBuffer:
-    """A device allocation; freed (stream-ordered) when the last reference goes."""
+    """A device allocation; freed (stream-ordered when pooled) when the last reference goes."""
 
-    __slots__ = ("ptr", "nbytes", "_device")
+    __slots__ = ("ptr", "nbytes", "_device", "pooled")
 
-    def __init__(self, ptr: int, nbytes: int, device: _Device) -> None:
+    def __init__(self, ptr: int, nbytes: int, device: _Device, pooled: bool = True) -> None:
         self.ptr = ptr
         self.nbytes = nbytes
         self._device = device
+        self.pooled = pooled
 
     def __del__(self) -> None:
         try:
-            self._device.free(self.ptr)
+            self._device.free(self.ptr, self.pooled)
         except Exception:  # interpreter shutdown: the driver may already be gone
             pass
 
@@ -92,9 +124,11 @@ class CudaKernel:
 class _Staging:
     """A pinned host ring; each chunk's reuse waits on an event recorded when it filled."""
 
-    def __init__(self, drv: Any, stream: Any) -> None:
+    def __init__(self, drv: Any, stream: Any, checked: Callable[..., Any] | None = None) -> None:
         self.drv = drv
         self.stream = stream
+        #: The device's checking call (it remembers a sticky error), plain check before.
+        self.check = checked or (lambda result, what: check(drv, result, what))
         self.base = int(
             check(drv, drv.cuMemHostAlloc(STAGE_CHUNK * STAGE_CHUNKS, 0), "cuMemHostAlloc")
         )
@@ -110,15 +144,15 @@ class _Staging:
         n = src.nbytes
         if self.offset + n > STAGE_CHUNK:
             drv = self.drv
-            check(drv, drv.cuEventRecord(self.events[self.chunk], self.stream), "cuEventRecord")
+            self.check(drv.cuEventRecord(self.events[self.chunk], self.stream), "cuEventRecord")
             self.recorded[self.chunk] = True
             self.chunk = (self.chunk + 1) % STAGE_CHUNKS
             self.offset = 0
             if self.recorded[self.chunk]:
-                check(drv, drv.cuEventSynchronize(self.events[self.chunk]), "cuEventSynchronize")
+                self.check(drv.cuEventSynchronize(self.events[self.chunk]), "cuEventSynchronize")
         host = self.base + self.chunk * STAGE_CHUNK + self.offset
         ctypes.memmove(host, src.ctypes.data, n)
-        check(self.drv, self.drv.cuMemcpyHtoDAsync(dst, host, n, self.stream), "cuMemcpyHtoDAsync")
+        self.check(self.drv.cuMemcpyHtoDAsync(dst, host, n, self.stream), "cuMemcpyHtoDAsync")
         self.offset += -(-n // _STAGE_ALIGN) * _STAGE_ALIGN
 
 
@@ -133,16 +167,91 @@ class _Device:
         self.drv = drv
         self.props = props
         self.lock = threading.RLock()
+        #: The first sticky error's text: once set, every call raises at once.
+        self.lost = ""
+        #: Launches since the last completed synchronisation: count, first and last kernel.
+        self.pending = 0
+        self.pending_first = self.pending_last = ""
         dev = check(drv, drv.cuDeviceGet(props.index), "cuDeviceGet")
         self.context = check(drv, drv.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
         self.make_current()
         flags = int(drv.CUstream_flags.CU_STREAM_NON_BLOCKING)
         self.stream = check(drv, drv.cuStreamCreate(flags), "cuStreamCreate")
-        self.pools = props.memory_pools
+        self.pools = props.memory_pools and pools_wanted()
         if self.pools:
+            self.memory = "stream-ordered pool (cuMemAllocAsync/cuMemFreeAsync)"
             self._keep_pool_memory(dev)
-        self.staging = _Staging(drv, self.stream)
+        elif not pools_wanted():
+            self.memory = f"cuMemAlloc/cuMemFree ({POOLS_ENV}=0)"
+        else:
+            self.memory = "cuMemAlloc/cuMemFree (the device has no memory pools)"
+        self.staging: _Staging | None = None
+        if not pools_wanted():
+            self.uploads = f"pageable copies ({POOLS_ENV}=0)"
+        else:
+            try:
+                self.staging = _Staging(drv, self.stream, self.check)
+                self.uploads = f"pinned staging ring ({STAGE_CHUNKS} x {STAGE_CHUNK >> 20} MiB)"
+            except CudaDeviceLostError:
+                raise
+            except CudaDriverError as exc:
+                self.uploads = f"pageable copies (pinned staging refused: {exc})"
+                self._said(f"pinned staging refused ({exc}); uploads are pageable copies")
         self.modules: dict[str, Any] = {}
+
+    def _said(self, what: str) -> None:
+        warnings.warn(f"[cuda] {self.props.name}: {what}", RuntimeWarning, stacklevel=4)
+
+    def enter(self) -> None:
+        """Every entry point's first step: refuse a lost device, make the context current."""
+        if self.lost:
+            raise CudaDeviceLostError(
+                f"[cuda] {self.props.name} is lost since an earlier error ({self.lost}); "
+                "nothing more can run on it in this process: restart it"
+            )
+        self.make_current()
+
+    def check(self, result: tuple[Any, ...], what: str) -> Any:
+        """``driver.check`` that remembers a sticky error, so later calls fail fast."""
+        try:
+            return check(self.drv, result, what)
+        except CudaDeviceLostError as exc:
+            self.lost = self.lost or str(exc).removeprefix("[cuda] ")
+            raise
+
+    def launched(self, name: str) -> None:
+        if not self.pending:
+            self.pending_first = name
+        self.pending_last = name
+        self.pending += 1
+
+    def synchronize(self, what: str) -> None:
+        """Wait for the stream; a failure names the kernels that may have caused it."""
+        result = self.drv.cuStreamSynchronize(self.stream)
+        if result[0] != self.drv.CUresult.CUDA_SUCCESS and self.pending:
+            if self.pending == 1:
+                what += f" after {self.pending_first}"
+            else:
+                what += (
+                    f" after {self.pending} launches (first {self.pending_first}, last "
+                    f"{self.pending_last}; {SYNC_ENV}=1 names the failing one)"
+                )
+        self.check(result, f"{what}: cuStreamSynchronize")
+        self.pending = 0
+
+    def allocate(self, n: int) -> CudaBuffer:
+        drv = self.drv
+        if self.pools:
+            result = drv.cuMemAllocAsync(n, self.stream)
+            name = error_name(drv, result[0]) if result[0] != drv.CUresult.CUDA_SUCCESS else ""
+            if not name or "OUT_OF_MEMORY" in name or name in STICKY:
+                return CudaBuffer(int(self.check(result, f"cuMemAllocAsync({n})")), n, self)
+            self.pools = False
+            why = f"cuMemAllocAsync failed with {error_text(drv, result[0])}"
+            self.memory = f"cuMemAlloc/cuMemFree ({why})"
+            self._said(f"{why}; falling back to cuMemAlloc/cuMemFree")
+        ptr = self.check(drv.cuMemAlloc(n), f"cuMemAlloc({n})")
+        return CudaBuffer(int(ptr), n, self, pooled=False)
 
     def _keep_pool_memory(self, dev: Any) -> None:
         """Freed pool memory stays reserved across synchronisations (the default releases
@@ -161,9 +270,11 @@ class _Device:
         check(self.drv, self.drv.cuCtxSetCurrent(self.context), "cuCtxSetCurrent")
         _current.device = self
 
-    def free(self, ptr: int) -> None:
+    def free(self, ptr: int, pooled: bool) -> None:
+        if self.lost:  # the context is gone; the driver reclaims everything at exit
+            return
         self.make_current()
-        if self.pools:
+        if pooled:
             self.drv.cuMemFreeAsync(ptr, self.stream)
         else:
             self.drv.cuMemFree(ptr)
@@ -222,6 +333,7 @@ class CudaRuntime:
             group_size_hint=self.group_size,
             matmul_wide_min_tiles=int(raw) if raw.isdigit() else self.props.multiprocessors,
         )
+        self._sync_each = sync_each_launch()
         self._dev.make_current()
         self._args = np.zeros(MAX_ARGS, dtype=np.uint64)
         base = self._args.ctypes.data
@@ -231,14 +343,9 @@ class CudaRuntime:
     # -- memory ---------------------------------------------------------------------------------
     def allocate(self, nbytes: int) -> CudaBuffer:
         dev = self._dev
-        n = max(int(nbytes), 1)
         with dev.lock:
-            dev.make_current()
-            if dev.pools:
-                ptr = check(self.drv, self.drv.cuMemAllocAsync(n, dev.stream), "cuMemAllocAsync")
-            else:
-                ptr = check(self.drv, self.drv.cuMemAlloc(n), "cuMemAlloc")
-        return CudaBuffer(int(ptr), n, dev)
+            dev.enter()
+            return dev.allocate(max(int(nbytes), 1))
 
     def upload(self, buffer: CudaBuffer, array: np.ndarray) -> None:
         src = np.ascontiguousarray(array)
@@ -251,14 +358,13 @@ class CudaRuntime:
             )
         dev = self._dev
         with dev.lock:
-            dev.make_current()
-            if n <= STAGE_CHUNK:
+            dev.enter()
+            if n <= STAGE_CHUNK and dev.staging is not None:
                 dev.staging.put(buffer.ptr, src)
             else:  # pageable: the driver stages it (and may wait for the stream)
-                check(
-                    self.drv,
+                dev.check(
                     self.drv.cuMemcpyHtoDAsync(buffer.ptr, src.ctypes.data, n, dev.stream),
-                    "cuMemcpyHtoDAsync",
+                    f"cuMemcpyHtoDAsync({n} bytes)",
                 )
 
     def download(self, buffer: CudaBuffer, nbytes: int) -> np.ndarray:
@@ -267,13 +373,12 @@ class CudaRuntime:
             return out
         dev = self._dev
         with dev.lock:
-            dev.make_current()
-            check(
-                self.drv,
+            dev.enter()
+            dev.check(
                 self.drv.cuMemcpyDtoHAsync(out.ctypes.data, buffer.ptr, nbytes, dev.stream),
-                "cuMemcpyDtoHAsync",
+                f"cuMemcpyDtoHAsync({nbytes} bytes)",
             )
-            self._sync("download")
+            dev.synchronize("download")
         return out
 
     def constant(self, data: bytes) -> CudaBuffer:
@@ -289,13 +394,13 @@ class CudaRuntime:
             module = dev.modules.get(source)
         if module is None:
             with dev.lock:
-                dev.make_current()
+                dev.enter()
                 module = dev.modules.get(source)
                 if module is None:
                     try:
-                        module = check(
-                            self.drv, self.drv.cuModuleLoadData(cubin), "cuModuleLoadData"
-                        )
+                        module = dev.check(self.drv.cuModuleLoadData(cubin), "cuModuleLoadData")
+                    except CudaDeviceLostError:
+                        raise
                     except CudaDriverError as exc:
                         raise KernelCompileError(
                             f"[compile] {name}: the driver refused the {self.arch} CUBIN: {exc}"
@@ -306,12 +411,16 @@ class CudaRuntime:
     def load_kernel(self, module: Any, name: str, program: str) -> CudaKernel:
         drv = self.drv
         with self._dev.lock:
-            self._dev.make_current()
+            self._dev.enter()
             err, function = drv.cuModuleGetFunction(module, name.encode())
             if err != drv.CUresult.CUDA_SUCCESS:
-                raise KernelCompileError(
-                    f"[compile] kernel {name!r} not found in {program} on {self.device_name}"
-                )
+                text = error_text(drv, err)
+                if error_name(drv, err) == "CUDA_ERROR_NOT_FOUND":
+                    raise KernelCompileError(
+                        f"[compile] kernel {name!r} not found in {program} on "
+                        f"{self.device_name} ({text})"
+                    )
+                self._dev.check((err,), f"cuModuleGetFunction({name!r} in {program})")
             attrs = {}
             for key, attr in (
                 ("max_threads", "CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK"),
@@ -319,8 +428,7 @@ class CudaRuntime:
                 ("shared_bytes", "CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES"),
             ):
                 what = f"cuFuncGetAttribute({attr})"
-                value = check(
-                    drv,
+                value = self._dev.check(
                     drv.cuFuncGetAttribute(getattr(drv.CUfunction_attribute, attr), function),
                     what,
                 )
@@ -337,20 +445,35 @@ class CudaRuntime:
         blocks = -(-int(global_threads) // g)
         dev = self._dev
         with dev.lock:
-            dev.make_current()
+            dev.enter()
             self._args[:n] = [b.ptr for b in buffers]
             (err,) = self.drv.cuLaunchKernel(
                 kernel.function, blocks, 1, 1, g, 1, 1, 0, dev.stream, self._arg_ptrs_addr, 0
             )
-        if err != self.drv.CUresult.CUDA_SUCCESS:
-            check(self.drv, (err,), f"cuLaunchKernel({kernel.name}, {blocks} x {g})")
-
-    def _sync(self, what: str) -> None:
-        check(
-            self.drv, self.drv.cuStreamSynchronize(self._dev.stream), f"{what}: cuStreamSynchronize"
-        )
+            if err != self.drv.CUresult.CUDA_SUCCESS:
+                dev.check((err,), f"cuLaunchKernel({kernel.name}, {blocks} x {g})")
+            dev.launched(kernel.name)
+            if self._sync_each:
+                dev.synchronize(f"{kernel.name} ({blocks} x {g} threads, {SYNC_ENV}=1)")
 
     def synchronize(self) -> None:
         with self._dev.lock:
-            self._dev.make_current()
-            self._sync("synchronize")
+            self._dev.enter()
+            self._dev.synchronize("synchronize")
+
+
+def memory_paths(index: int, pools_supported: bool) -> tuple[str, str]:
+    """How device ``index`` allocates and uploads (``riftco backends`` prints it): what the
+    live device chose, fallbacks included, or what it will choose once it starts."""
+    with _shared_lock:
+        dev = _devices.get(index)
+    if dev is not None:
+        return dev.memory, dev.uploads
+    if not pools_wanted():
+        return f"cuMemAlloc/cuMemFree ({POOLS_ENV}=0)", f"pageable copies ({POOLS_ENV}=0)"
+    memory = (
+        "stream-ordered pool (cuMemAllocAsync/cuMemFreeAsync)"
+        if pools_supported
+        else ("cuMemAlloc/cuMemFree (the device has no memory pools)")
+    )
+    return memory, f"pinned staging ring ({STAGE_CHUNKS} x {STAGE_CHUNK >> 20} MiB)"
