@@ -46,14 +46,21 @@ test-pip-pocl: $(STAMP)
 	$(PIP_POCL) $(PYTEST) -m opencl
 	$(PIP_POCL) $(MAKE) --no-print-directory -j$(TEST_WORKERS) --output-sync=target conformance-gpu
 
-CONFORMANCE_HOST := conformance-cpu conformance-cffi_example conformance-native
+CONFORMANCE_HOST := conformance-cpu conformance-cffi_example conformance-native conformance-cuda
 CONFORMANCE_GPU := conformance-opencl conformance-opencl-fast96 conformance-opencl-fast352 \
 	conformance-metal-standin
 conformance: $(CONFORMANCE_HOST) $(CONFORMANCE_GPU)
 conformance-gpu: $(CONFORMANCE_GPU)
 
-$(CONFORMANCE_HOST): conformance-%: $(STAMP)
+$(filter-out conformance-cuda,$(CONFORMANCE_HOST)): conformance-%: $(STAMP)
 	$(BIN)/riftco conformance $* --quiet
+
+# Every NVIDIA GPU the driver lists (cuda:N); elsewhere it skips, saying why (no driver,
+# no GPU, no NVRTC). bench/gpu_check.sh is the fuller device check (smoke, speed).
+HAVE_CUDA = $(BIN)/python -c "import sys, riftco; e = riftco.get_registry().entry('cuda'); \
+	sys.exit(0 if e.available and e.devices() else (print('skipping $@:', e.reason) or 1))"
+conformance-cuda: $(STAMP)
+	@if $(HAVE_CUDA); then $(BIN)/riftco conformance cuda --quiet; fi
 
 # The GPU kernels on OpenCL (PoCL runs them on a CPU): IEEE at the default group size in
 # every dtype, and built with fast math (-cl-fast-relaxed-math -cl-finite-math-only, as Metal

@@ -13,7 +13,8 @@
 #    kernel): from_numpy -> add -> matmul tiled and wide -> softmax -> embedding with a bad
 #    id -> to_numpy. A failure ends the check there.
 # 4. conformance on cuda:0, the CUDA tests, the training step against PyTorch CUDA eager,
-#    the kernel benchmark. Stage limits sum to 490 s; each failure sets the exit status.
+#    the kernel benchmark, then a planted fault (bench/gpu_fault.py: named, fails fast,
+#    no cascade). Stage limits sum to 480 s; each failure sets the exit status.
 # After every stage the summary (OUT_DIR/summary.json, stages.tsv) is rewritten, so a
 # call killed in a later stage still leaves the earlier stages' verdicts behind.
 #
@@ -126,14 +127,16 @@ if ! stage smoke 60 "$PY" bench/gpu_smoke.py --device cuda:0 --json "$OUT_DIR/sm
   echo "gpu_check: the smoke stage failed: nothing longer runs (exit 1); see $LOG"
   exit 1
 fi
-stage conformance 200 "${RIFTCO[@]}" conformance cuda:0 --json "$OUT_DIR/conformance.json" \
+stage conformance 180 "${RIFTCO[@]}" conformance cuda:0 --json "$OUT_DIR/conformance.json" \
   --quiet "${CARGS[@]}" || status=1
-stage cuda-tests 60 "$PY" -m pytest -q -x -p no:cacheprovider -W "ignore::DeprecationWarning" \
+stage cuda-tests 50 "$PY" -m pytest -q -x -p no:cacheprovider -W "ignore::DeprecationWarning" \
   tests/test_cuda_backend.py || status=1
-stage train 90 "$PY" bench/gpu_train.py --device cuda:0 "${TARGS[@]}" \
+stage train 80 "$PY" bench/gpu_train.py --device cuda:0 "${TARGS[@]}" \
   --json "$OUT_DIR/gpu_train.json" || status=1
 stage kernels 60 "$PY" bench/gpu_kernels.py --device cuda:0 "${KARGS[@]}" \
   --json "$OUT_DIR/gpu_kernels.json" || status=1
+# Last: a planted illegal-address fault poisons this process's CUDA context on purpose.
+stage fault 30 "$PY" bench/gpu_fault.py --device cuda:0 || status=1
 "$PY" bench/gpu_summary.py "$OUT_DIR"
 echo "gpu_check: results in $OUT_DIR (exit $status)"
 exit "$status"

@@ -122,8 +122,8 @@ def main(argv: list[str] | None = None) -> int:
         start = time.perf_counter()
         row: dict[str, Any] = {"step": name}
         try:
-            err = step(backend, rng)
-            row.update(ok=err <= TOL, max_rel_err=err)
+            err = float(step(backend, rng))
+            row.update(ok=bool(err <= TOL), max_rel_err=err)
             note = f"max rel err {err:.2e}" + ("" if err <= TOL else f" > {TOL:.0e}")
         except Exception as exc:  # noqa: BLE001 - reported, and the smoke stops here
             row.update(ok=False, error=f"{type(exc).__name__}: {exc}")

@@ -291,6 +291,8 @@ def protocol_results(cls: type, backend: Any, device: DeviceInfo | None) -> list
         start = time.perf_counter()
         try:
             problem = fn()
+        except riftco.errors.DeviceLostError:
+            raise
         except Exception as exc:
             problem = f"raised {type(exc).__name__}: {exc}"
         if problem:
