@@ -31,6 +31,9 @@ class Comparison:
     got: float | None = None
     expected: float | None = None
     problem: str = ""  # shape/dtype/NaN-pattern problems that make numbers meaningless
+    #: the largest error / allowed error over the finite elements (<= 1 passes; inf when a
+    #: NaN or infinity is misplaced): how close a passing output came to its tolerance
+    max_ratio: float = 0.0
 
     @property
     def ok(self) -> bool:
@@ -57,12 +60,13 @@ class Comparison:
             "got": self.got,
             "expected": self.expected,
             "problem": self.problem,
+            "max_ratio": self.max_ratio,
         }
 
 
 def _unusable(name: str, expected: np.ndarray, problem: str) -> Comparison:
     """A result whose numbers cannot be compared at all: every element counts as wrong."""
-    return Comparison(name, expected.shape, -1, np.inf, np.inf, problem=problem)
+    return Comparison(name, expected.shape, -1, np.inf, np.inf, problem=problem, max_ratio=np.inf)
 
 
 def compare(
@@ -95,10 +99,12 @@ def compare(
         rel = np.where(finite & (scale == 0) & (diff > 0), np.inf, rel)
         allowed = tol.atol * atol_scale + tol.rtol * scale
         bad = special_bad | (finite & (diff > allowed))
-        # badness relative to each element's own allowance, so the worst is the most wrong
-        ratio = np.where(bad, np.where(finite, diff / np.maximum(allowed, 1e-300), np.inf), 0.0)
+        # error relative to each element's own allowance, so the worst is the most wrong
+        used = np.where(finite, diff / np.maximum(allowed, 1e-300), 0.0)
+        ratio = np.where(bad, np.where(finite, used, np.inf), 0.0)
     mismatches = int(np.count_nonzero(bad))
     comp = Comparison(name, e.shape, mismatches, float(diff.max()), float(rel.max()))
+    comp.max_ratio = float(ratio.max()) if mismatches else float(used.max())
     if mismatches:
         flat = int(np.argmax(ratio))
         idx = tuple(int(i) for i in np.unravel_index(flat, e.shape))
