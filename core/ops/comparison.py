@@ -17,6 +17,8 @@ import numpy as np
 
 from .opunit import Tolerance
 
+_SPECIAL = "NaN/Inf mismatches (NaN or infinity in one of got and expected, not both alike)"
+
 
 @dataclass
 class Comparison:
@@ -34,6 +36,9 @@ class Comparison:
     #: the largest error / allowed error over the finite elements (<= 1 passes; inf when a
     #: NaN or infinity is misplaced): how close a passing output came to its tolerance
     max_ratio: float = 0.0
+    #: mismatches where got or expected is NaN or infinite and the other differs (NaN vs a
+    #: number, inf vs -inf): no error number describes them, so the message names them apart
+    special: int = 0
 
     @property
     def ok(self) -> bool:
@@ -43,11 +48,18 @@ class Comparison:
         if self.problem:
             return f"{self.name}: {self.problem}"
         where = f"{self.name}[{', '.join(map(str, self.worst_index or ()))}]"
-        return (
-            f"{self.name}: {self.mismatches} of {int(np.prod(self.shape))} elements beyond "
-            f"tolerance; max abs err {self.max_abs:.3g}, max rel err {self.max_rel:.3g}; "
-            f"worst at {where}: got {self.got!r}, expected {self.expected!r}"
-        )
+        total = int(np.prod(self.shape))
+        numeric = self.mismatches - self.special
+        errors = f"max abs err {self.max_abs:.3g}, max rel err {self.max_rel:.3g}"
+        if not self.special:
+            what = f"{self.mismatches} of {total} elements beyond tolerance; {errors}"
+        elif not numeric:
+            what = f"{self.special} of {total} elements are {_SPECIAL}"
+        else:
+            what = (f"{self.mismatches} of {total} elements wrong: {self.special} {_SPECIAL}, "
+                    f"{numeric} beyond tolerance ({errors})")  # fmt: skip
+        worst = f"worst at {where}: got {self.got!r}, expected {self.expected!r}"
+        return f"{self.name}: {what}; {worst}"
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -61,6 +73,7 @@ class Comparison:
             "expected": self.expected,
             "problem": self.problem,
             "max_ratio": self.max_ratio,
+            "nan_inf_mismatches": self.special,
         }
 
 
@@ -105,6 +118,7 @@ def compare(
     mismatches = int(np.count_nonzero(bad))
     comp = Comparison(name, e.shape, mismatches, float(diff.max()), float(rel.max()))
     comp.max_ratio = float(ratio.max()) if mismatches else float(used.max())
+    comp.special = int(np.count_nonzero(special_bad))
     if mismatches:
         flat = int(np.argmax(ratio))
         idx = tuple(int(i) for i in np.unravel_index(flat, e.shape))
