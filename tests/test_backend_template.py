@@ -129,3 +129,21 @@ def test_new_backend_refuses_a_bad_name_and_a_used_folder(
     assert main(["new-backend", "ok", str(tmp_path / "y")]) == 0
     assert main(["new-backend", "ok", str(tmp_path / "y")]) == 2
     assert "already holds pyproject.toml" in capsys.readouterr().err
+
+
+def test_the_guide_shows_what_the_template_writes(tmp_path: Path) -> None:
+    """docs/BACKENDS.md's pytest route and lazy plugin are the template's lines, verbatim."""
+    root = tmp_path / "riftco-mine"
+    assert main(["new-backend", "mine", str(root)]) == 0
+    guide = (Path(__file__).resolve().parents[1] / "docs" / "BACKENDS.md").read_text()
+    written = "".join(p.read_text() for p in (root / "pyproject.toml",
+                                              root / "tests" / "test_conformance.py",
+                                              root / "riftco_mine" / "plugin.py"))  # fmt: skip
+    for line in (
+        'addopts = ["--backend=mine", "--conformance-max-examples=10"]',
+        'test = ["riftco[conformance]", "pytest"]',
+        "from riftco.conformance.pytest_plugin import run_case",
+        "    run_case(riftco_conformance_case)",
+        '    return [riftco.LazyBackend("mine", "riftco_mine.backend:MineBackend", priority=-10)]',
+    ):
+        assert line in written and line in guide, line
