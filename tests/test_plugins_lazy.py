@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 import riftco
-from riftco import LazyBackend, hookimpl
+from helpers import plugin_for
+from riftco import LazyBackend
 
 
 def _package(root: Path, name: str, body: str) -> str:
@@ -26,15 +27,6 @@ def _package(root: Path, name: str, body: str) -> str:
     """
     (pkg / "backend.py").write_text(textwrap.dedent(code) + textwrap.dedent(body))
     return f"{name}.backend"
-
-
-def _plugin(*backends: Any) -> Any:
-    class Plugin:
-        @hookimpl
-        def riftco_backends(self) -> list[Any]:
-            return list(backends)
-
-    return Plugin()
 
 
 @pytest.fixture
@@ -53,7 +45,7 @@ def heavy(registry: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any
 
 def test_device_cpu_does_not_import_a_lazy_backend(heavy: Any) -> None:
     registry, module, name = heavy
-    assert registry.register(_plugin(LazyBackend("heavy", f"{module}:HeavyBackend", -50)))
+    assert registry.register(plugin_for(LazyBackend("heavy", f"{module}:HeavyBackend", -50)))
     assert riftco.device("cpu").backend.name == "cpu"
     entry = registry.entry("heavy")
     assert entry.priority == -50 and entry.origin == f"{module}.HeavyBackend"
@@ -68,7 +60,7 @@ def test_device_cpu_does_not_import_a_lazy_backend(heavy: Any) -> None:
 
 def test_a_lazy_class_that_disagrees_with_its_declaration_is_unavailable(heavy: Any) -> None:
     registry, module, _ = heavy
-    registry.register(_plugin(LazyBackend("heavy", f"{module}:HeavyBackend", priority=7)))
+    registry.register(plugin_for(LazyBackend("heavy", f"{module}:HeavyBackend", priority=7)))
     entry = registry.entry("heavy")
     assert not entry.available and entry.refused
     assert "has name 'heavy' and priority -50" in entry.reason
@@ -78,7 +70,7 @@ def test_a_lazy_class_that_disagrees_with_its_declaration_is_unavailable(heavy: 
 
 
 def test_a_lazy_import_that_fails_names_the_target(registry: Any) -> None:
-    registry.register(_plugin(LazyBackend("ghost", "no_such_pkg_xyz.backend:Ghost")))
+    registry.register(plugin_for(LazyBackend("ghost", "no_such_pkg_xyz.backend:Ghost")))
     entry = registry.entry("ghost")
     assert not entry.available
     assert entry.reason.startswith("importing no_such_pkg_xyz.backend:Ghost raised ")
@@ -87,6 +79,8 @@ def test_a_lazy_import_that_fails_names_the_target(registry: Any) -> None:
     assert name != "ghost" and "ghost (importing no_such_pkg_xyz" in why
 
 
-def test_a_malformed_lazy_declaration_fails_its_plugin(registry: Any) -> None:
-    assert registry.register(_plugin(LazyBackend("bad", "no_colon_here")), name="bad-plugin") == []
+def test_a_malformed_lazy_declaration_fails_itsplugin_for(registry: Any) -> None:
+    assert (
+        registry.register(plugin_for(LazyBackend("bad", "no_colon_here")), name="bad-plugin") == []
+    )
     assert "expected 'package.module:ClassName'" in registry.failed_plugins["bad-plugin"]
