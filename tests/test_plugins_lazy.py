@@ -79,7 +79,7 @@ def test_a_lazy_import_that_fails_names_the_target(registry: Any) -> None:
     assert name != "ghost" and "ghost (importing no_such_pkg_xyz" in why
 
 
-def test_a_malformed_lazy_declaration_fails_itsplugin_for(registry: Any) -> None:
+def test_a_malformed_lazy_declaration_fails_its_plugin(registry: Any) -> None:
     assert (
         registry.register(plugin_for(LazyBackend("bad", "no_colon_here")), name="bad-plugin") == []
     )
