@@ -135,6 +135,7 @@ def _summary(report: dict[str, Any]) -> str:
     m = report.get("machine", {})
     cpu = m.get("cpu") or m.get("machine") or "?"
     cores = f", {m['cores']} cores" if m.get("cores") else ""
+    cpu += f" ({m['cpu_flags']})" if m.get("cpu_flags") else ""
     libs = ", ".join(f"{k} {v}" for k, v in report.get("libraries", {}).items()) or "-"
     items: list[tuple[str, Any]] = [
         ("backend", f"{report['backend']} ({report['distribution']} "

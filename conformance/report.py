@@ -89,22 +89,30 @@ def print_failures(results: list[CaseResult], stream: TextIO, strict: bool) -> N
         print(explain(r), file=stream)
 
 
+#: CPU features worth naming on a certificate: they decide which kernels a CPU backend runs.
+_NOTABLE_FLAGS = ("avx", "avx2", "fma", "avx512f", "avx512_bf16", "amx_tile", "asimd", "sve")
+
+
 def machine() -> dict[str, str]:
     """Where the run happened: enough for someone else to reproduce or compare it."""
     import numpy as np
 
-    cpu = platform.processor() or ""
+    cpu, flags = platform.processor() or "", ""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            cpu = next(
-                (ln.split(":", 1)[1].strip() for ln in fh if ln.startswith("model name")), cpu
-            )
+            info = dict(ln.split(":", 1) for ln in fh.read().split("\n\n")[0].splitlines()
+                        if ":" in ln)  # fmt: skip
+        info = {k.strip(): v.strip() for k, v in info.items()}
+        cpu = info.get("model name", cpu)
+        present = set((info.get("flags") or info.get("Features") or "").split())
+        flags = ", ".join(f for f in _NOTABLE_FLAGS if f in present)
     except OSError:
         pass
     return {
         "system": f"{platform.system()} {platform.release()}",
         "machine": platform.machine(),
         "cpu": cpu,
+        "cpu_flags": flags,
         "cores": str(os.cpu_count() or "?"),
         "python": platform.python_version(),
         "numpy": np.__version__,

@@ -107,6 +107,16 @@ def test_libraries_and_machine_are_named(tmp_path: Path) -> None:
     assert report["libraries"]["numpy"] == np.__version__  # riftco requires numpy
     assert "metalcompute" not in report["libraries"]  # a macOS-only requirement
     assert report["machine"]["cores"] == str(os.cpu_count())
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():  # Linux: the model and the vector extensions a CPU backend uses
+        text = cpuinfo.read_text()
+        first = text.split("\n\n")[0]
+        model = next((ln.split(":", 1)[1].strip() for ln in first.splitlines()
+                      if ln.startswith("model name")), None)  # fmt: skip
+        if model is not None:  # (ARM kernels name no model)
+            assert report["machine"]["cpu"] == model and model in page
+        if " avx2 " in f" {first} ".replace("\n", " "):
+            assert "avx2" in report["machine"]["cpu_flags"].split(", ")
     assert f"numpy {np.__version__}" in page
 
 
