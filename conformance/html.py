@@ -37,8 +37,9 @@ table.grid td.cell-error{background:#ffebe9}details{margin:.15em 0}summary{curso
 .muted{color:#57606a}
 """
 
-#: The status that wins when several cases meet in one grid cell or one op: worst first.
-_RANK = ("error", "fail", "xpass", "xfail", "skip", "pass")
+#: The status that wins when several cases meet in one grid cell or one op: worst first; a
+#: skip shows only when nothing in the cell ran (a download has no capture case, say).
+_RANK = ("error", "fail", "xpass", "xfail", "pass", "skip")
 
 
 def _e(x: Any) -> str:
@@ -137,9 +138,9 @@ def _summary(report: dict[str, Any]) -> str:
     cores = f", {m['cores']} cores" if m.get("cores") else ""
     cpu += f" ({m['cpu_flags']})" if m.get("cpu_flags") else ""
     libs = ", ".join(f"{k} {v}" for k, v in report.get("libraries", {}).items()) or "-"
+    dist = f"{report['distribution']} {report['distribution_version']}".strip()
     items: list[tuple[str, Any]] = [
-        ("backend", f"{report['backend']} ({report['distribution']} "
-                    f"{report['distribution_version']}), protocol "
+        ("backend", f"{report['backend']} ({dist}), protocol "
                     f"{'.'.join(map(str, report['protocol_version']))}"),
         ("libraries", libs),
     ]  # fmt: skip

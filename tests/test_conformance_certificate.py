@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any, ClassVar
@@ -162,3 +163,20 @@ def test_compare_names_an_unreadable_report(tmp_path: Path, capsys: Any) -> None
     (tmp_path / "x.json").write_text("{}")
     assert cli.main([str(tmp_path / "x.json"), "--compare", str(tmp_path / "x.json")]) == 2
     assert "is not a riftco conformance JSON report" in capsys.readouterr().err
+
+
+def test_a_grid_cell_shows_its_worst_case_and_a_skip_only_when_nothing_ran() -> None:
+    from riftco.conformance.html import _grid
+
+    def case(cid: str, op: str, status: str, ratio: float | None, group: str = "numeric") -> dict:
+        return {"id": cid, "op": op, "group": group, "dtype": "float32", "mode": "native",
+                "status": status, "err_ratio": ratio}  # fmt: skip
+
+    page = _grid([
+        case("a[float32]", "a", "pass", 0.25), case("capture/a[float32]", "a", "skip", None,
+                                                     "capture"),
+        case("b[float32]", "b", "pass", 0.5), case("b[float32,composite]", "b", "fail", 3.0),
+        case("c[float32]", "c", "skip", None),
+    ])  # fmt: skip
+    cells = re.findall(r'<td class="cell-(\w+) s-\w+" title="[^"]*">([^<]*)</td>', page)
+    assert cells == [("pass", "PASS 0.25"), ("fail", "FAIL 3"), ("skip", "SKIP")]
