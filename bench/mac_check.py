@@ -256,7 +256,8 @@ def part_conformance(out: Path, backend: str, prof: dict[str, Any]) -> dict[str,
 
 
 _SUMMARY = re.compile(
-    r"summary: (?P<steps>\d+) steps, train loss (?P<train>\S+), val loss (?P<val>\S+), "
+    r"summary: (?P<steps>\d+) steps, train loss (?P<train>[^\s,]+)(?: \([^)]*\))?, "
+    r"val loss (?P<val>[^\s,]+)(?: \([^)]*\))?, "
     r"(?P<tok>[\d,.]+) tokens/s, (?P<ms>[\d.]+) ms/step, wall (?P<wall>[\d.]+) s, "
     r"backend (?P<device>\S+)"
 )

@@ -29,7 +29,18 @@ def _parser() -> argparse.ArgumentParser:
         "float64, plus a tiny-transformer model check. Needs hypothesis "
         "(pip install 'riftco[conformance]').",
     )
-    p.add_argument("backend", help="backend name, optionally with a device index: opencl:1")
+    p.add_argument(
+        "backend",
+        help="backend name, optionally with a device index: opencl:1; "
+        "with --compare, a JSON report in its place compares two reports without "
+        "running anything",
+    )
+    p.add_argument(
+        "--compare",
+        metavar="OLD.json",
+        help="list the regressions of this run (or of the report given in place of "
+        "the backend) against an earlier JSON report; exit 1 if there are any",
+    )
     p.add_argument("--max-examples", type=int, default=DEFAULT_MAX_EXAMPLES, metavar="N",
                    help="hypothesis-drawn examples per case, on top of the edge cases "
                    "(default %(default)s)")  # fmt: skip
@@ -94,7 +105,10 @@ def _write(path: str, text: str) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = _parser().parse_args(argv)
+    if args.compare and args.backend.endswith(".json"):
+        return _compare(args.compare, args.backend)
     problem = _missing_hypothesis()
     if problem:
         print(f"riftco conformance: {problem}", file=sys.stderr)
@@ -105,6 +119,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from . import throughput as tp
     from .expectations import ExpectationsError, for_backend
     from .html import render
+    from .provenance import command
     from .report import explain, header, json_report, print_failures, row, summary_line
     from .results import CaseResult
     from .runner import RunSettings
@@ -126,13 +141,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         "ops": patterns, "dtypes": only, "strict": args.strict, "expectations": expectations.source,
         "throughput": measure,
     }  # fmt: skip
+    rerun = command(args.backend, argv)
     done: list[tuple[Target, list[CaseResult], float]] = []
     speeds: dict[str, list[dict[str, Any]]] = {}
 
     def report(complete: bool) -> dict[str, Any]:
         unmatched = [{"pattern": e.pattern, "status": e.status, "reason": e.reason}
                      for e in expectations.unmatched()] if complete else []  # fmt: skip
-        return json_report(done, settings, unmatched, args.strict, speeds, complete)
+        return json_report(done, settings, unmatched, args.strict, speeds, complete, rerun)
 
     entry = targets[0].entry
     pv = ".".join(map(str, entry.protocol_version or ())) or "?"
@@ -200,7 +216,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.html:
         _write(args.html, render(final))
         print(f"HTML certificate: {args.html}", file=out)
-    return 0 if final["passed"] else 1
+    regressed = _compare(args.compare, final) if args.compare else 0
+    return regressed or (0 if final["passed"] else 1)
+
+
+def _compare(old_path: str, new: dict[str, Any] | str) -> int:
+    """Print the regressions of ``new`` (a report, or a report's path) against ``old_path``:
+    0 none, 1 some, 2 a report could not be read."""
+    from .compare import compare, format_comparison, load
+
+    try:
+        diff = compare(load(old_path), load(new) if isinstance(new, str) else new)
+    except ValueError as exc:
+        print(f"riftco conformance: {exc}", file=sys.stderr)
+        return 2
+    print("\n" + format_comparison(diff, old_path))
+    return 1 if diff.regressions else 0
 
 
 def _dumps(report: dict[str, Any]) -> str:

@@ -26,6 +26,7 @@ from riftco.ops.samples import ErrorSample
 from riftco.tensor import Tensor
 
 from .results import CaseResult
+from .unwritten import unwritten
 
 
 # -- spy ----------------------------------------------------------------------------------------
@@ -250,6 +251,13 @@ def protocol_results(cls: type, backend: Any, device: DeviceInfo | None) -> list
             problems.append(f"missing: {', '.join(missing)}")
         if bad := signature_problems(cls):
             problems.append(f"wrong arity: {', '.join(bad)}")
+        required, optional = unwritten(cls)
+        if required:
+            problems.append(f"not implemented yet (only raise NotImplementedError): "
+                            f"{', '.join(required)}")  # fmt: skip
+        if optional:
+            problems.append("optional methods that only raise NotImplementedError (delete "
+                            f"them to run core's composites): {', '.join(optional)}")  # fmt: skip
         return "; ".join(problems)
 
     def devices() -> str:

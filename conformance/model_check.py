@@ -116,6 +116,7 @@ def judge(res: CaseResult, pairs: dict[str, tuple[np.ndarray, np.ndarray]]) -> N
     res.examples = 1
     res.max_abs = max((c.max_abs for c in comps), default=0.0)
     res.max_rel = max((c.max_rel for c in comps), default=0.0)
+    res.max_ratio = max((c.max_ratio for c in comps), default=0.0)
     bad = [c for c in comps if not c.ok]
     if bad:
         more = f"; and {len(bad) - 4} more" if len(bad) > 4 else ""

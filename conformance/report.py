@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import platform
 import time
 from collections import Counter
@@ -11,6 +12,7 @@ from typing import Any, TextIO
 import riftco
 from riftco.backend import PROTOCOL_VERSION
 
+from .provenance import coverage, library_versions, scrub
 from .results import CaseResult
 from .suite import Target
 
@@ -87,22 +89,31 @@ def print_failures(results: list[CaseResult], stream: TextIO, strict: bool) -> N
         print(explain(r), file=stream)
 
 
+#: CPU features worth naming on a certificate: they decide which kernels a CPU backend runs.
+_NOTABLE_FLAGS = ("avx", "avx2", "fma", "avx512f", "avx512_bf16", "amx_tile", "asimd", "sve")
+
+
 def machine() -> dict[str, str]:
     """Where the run happened: enough for someone else to reproduce or compare it."""
     import numpy as np
 
-    cpu = platform.processor() or ""
+    cpu, flags = platform.processor() or "", ""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            cpu = next(
-                (ln.split(":", 1)[1].strip() for ln in fh if ln.startswith("model name")), cpu
-            )
+            info = dict(ln.split(":", 1) for ln in fh.read().split("\n\n")[0].splitlines()
+                        if ":" in ln)  # fmt: skip
+        info = {k.strip(): v.strip() for k, v in info.items()}
+        cpu = info.get("model name", cpu)
+        present = set((info.get("flags") or info.get("Features") or "").split())
+        flags = ", ".join(f for f in _NOTABLE_FLAGS if f in present)
     except OSError:
         pass
     return {
         "system": f"{platform.system()} {platform.release()}",
         "machine": platform.machine(),
         "cpu": cpu,
+        "cpu_flags": flags,
+        "cores": str(os.cpu_count() or "?"),
         "python": platform.python_version(),
         "numpy": np.__version__,
     }
@@ -115,11 +126,14 @@ def json_report(
     strict: bool,
     throughput: dict[str, list[dict[str, Any]]] | None = None,
     complete: bool = True,
+    command: str = "",
 ) -> dict[str, Any]:
+    """The report; ``command`` is the line that reruns it (see ``provenance.command``)."""
     first = targets[0][0].entry
     devices = []
     for target, results, wall in targets:
         dev = target.entry.devices()[target.index]
+        checked = [d.name for d in target.checked_dtypes()] if target.backend is not None else []
         devices.append(
             {
                 "device": target.label,
@@ -130,28 +144,33 @@ def json_report(
                 "summary": summary(results, strict),
                 "cases": [r.as_dict() for r in results],
                 "throughput": (throughput or {}).get(target.label, []),
+                "coverage": coverage(target.entry.cls, checked),
             }
         )
     all_results = [r for _, results, _ in targets for r in results]
     return _finite(
-        {
-            "backend": first.name,
-            "distribution": first.distribution,
-            "distribution_version": first.dist_version,
-            "protocol_version": list(first.protocol_version or ()),
-            "riftco_version": riftco.__version__,
-            "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-            "riftco_protocol_version": list(PROTOCOL_VERSION),
-            "reference": "cpu float64",
-            "python": platform.python_version(),
-            "machine": machine(),
-            "complete": complete,
-            "settings": settings,
-            "passed": complete and not any(r.failed(strict) for r in all_results),
-            "summary": summary(all_results, strict),
-            "unmatched_expectations": unmatched,
-            "devices": devices,
-        }
+        scrub(
+            {
+                "backend": first.name,
+                "command": command,
+                "distribution": first.distribution,
+                "distribution_version": first.dist_version,
+                "libraries": library_versions(first.distribution, first.cls),
+                "protocol_version": list(first.protocol_version or ()),
+                "riftco_version": riftco.__version__,
+                "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+                "riftco_protocol_version": list(PROTOCOL_VERSION),
+                "reference": "cpu float64",
+                "python": platform.python_version(),
+                "machine": machine(),
+                "complete": complete,
+                "settings": settings,
+                "passed": complete and not any(r.failed(strict) for r in all_results),
+                "summary": summary(all_results, strict),
+                "unmatched_expectations": unmatched,
+                "devices": devices,
+            }
+        )
     )
 
 

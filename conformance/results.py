@@ -21,6 +21,7 @@ class CaseResult:
     tolerance: dict[str, float] | None = None
     max_abs: float | None = None
     max_rel: float | None = None
+    max_ratio: float | None = None  # worst error / allowed error (<= 1 passes)
     examples: int = 0
     time_s: float = 0.0
     example: str = ""  # the failing example (label, shapes, flags)
@@ -41,6 +42,7 @@ class CaseResult:
             "tolerance": self.tolerance,
             "max_abs_err": self.max_abs,
             "max_rel_err": self.max_rel,
+            "err_ratio": self.max_ratio,
             "examples": self.examples,
             "time_s": round(self.time_s, 4),
             "failing_example": self.example,

@@ -121,7 +121,10 @@ class NumericCase:
             self._check(params)
 
     def _fail(self, ex: Example, output: str, problem: str) -> None:
-        self._failure = (ex, [Comparison(output, (), -1, np.inf, np.inf, problem=problem)])
+        self._failure = (
+            ex,
+            [Comparison(output, (), -1, np.inf, np.inf, problem=problem, max_ratio=np.inf)],
+        )
         raise _StopCase
 
     def _check(self, params: Params) -> None:
@@ -153,6 +156,7 @@ class NumericCase:
         ]
         r.max_abs = max([r.max_abs or 0.0] + [c.max_abs for c in comps])
         r.max_rel = max([r.max_rel or 0.0] + [c.max_rel for c in comps])
+        r.max_ratio = max([r.max_ratio or 0.0] + [c.max_ratio for c in comps])
         if not all(c.ok for c in comps):
             self._failure = (ex, comps)
             raise _StopCase

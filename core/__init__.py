@@ -41,6 +41,7 @@ from .errors import (
     ValidationError,
 )
 from .hookspecs import hookimpl, hookspec
+from .lazy_backend import LazyBackend
 from .plugins import get_registry, register
 from .replay import CaptureWarning, capture
 from .tensor import Tensor
@@ -57,7 +58,8 @@ __all__ = [
     "PROTOCOL_VERSION", "Backend", "BackendBase", "FusedBackend", "Capabilities", "DeviceInfo",
     "Tensor",
     "Device", "device", "default_device", "get_default_device", "get_registry", "register",
-    "hookimpl", "hookspec", "ops", "tensor", "zeros", "ones", "full", "arange", "randn",
+    "hookimpl", "hookspec", "LazyBackend", "ops", "tensor", "zeros", "ones", "full", "arange",
+    "randn",
     "float32", "float64", "int32", "int64",
     "RiftcoError", "ShapeError", "DTypeError", "DeviceMismatchError", "BackendUnavailableError",
     "UnknownBackendError", "PluginError", "StaleGraphError", "GradientError", "DomainError",

@@ -67,7 +67,7 @@ def _backends(argv: Sequence[str]) -> int:
             print(f"  fused native: {', '.join(native) or '-'}")
             print(f"  fused composite: {', '.join(composite) or '-'}")
     for plugin, reason in registry.failed_plugins.items():
-        shown = plugin in registry.entries and registry.entries[plugin].cls is None
+        shown = plugin in registry.entries and registry.entries[plugin].is_placeholder
         if not shown:  # e.g. it lost a name clash: its name belongs to another backend
             print(f"plugin {plugin}  [failed: {reason}]")
     return 0
@@ -99,6 +99,29 @@ def _details_line(device: dict[str, Any]) -> str:
 _LOG_WIDTH = 160
 
 
+def _new_backend(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="riftco new-backend",
+        description="Write an installable backend package: the entry point, a lazy plugin, a "
+        "backend class whose every required method raises NotImplementedError until you "
+        "write it, and a tests/ folder running the conformance suite through pytest.",
+    )
+    parser.add_argument("name", help="backend name: lower-case letters, digits, underscores")
+    parser.add_argument("dir", nargs="?", help="where to write it (default: ./riftco-NAME)")
+    args = parser.parse_args(argv)
+    from .errors import RiftcoError
+    from .new_backend import write
+
+    try:
+        root = write(args.name, args.dir)
+    except (RiftcoError, OSError) as exc:
+        print(f"riftco new-backend: {exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {root}/: pyproject.toml, riftco_{args.name}/, tests/, README.md")
+    print(f"next: pip install -e '{root}[test]' && riftco conformance {args.name}")
+    return 0
+
+
 def _print_build_logs(folder: str) -> None:
     """The programs compiled for a device (its kernel cache) and what the compiler said:
     notable lines with ``!``, known-harmless ones with ``~`` and the reason."""
@@ -124,6 +147,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "conformance": ("check a backend against the CPU reference", None),
         "train": ("train the tiny transformer", None),
         "sample": ("sample text from a checkpoint", None),
+        "new-backend": ("write a backend package to start from: new-backend NAME [DIR]", None),
     }
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in commands:
         print("usage: riftco {" + ",".join(commands) + "} ...\n")
@@ -145,6 +169,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from riftco.conformance.cli import main as conformance_main
 
         return conformance_main(rest)
+    if cmd == "new-backend":
+        return _new_backend(rest)
     if cmd == "train":
         from .train.cli import train_main
 

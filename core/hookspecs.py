@@ -24,6 +24,7 @@ import pluggy
 
 if TYPE_CHECKING:
     from .backend import Backend
+    from .lazy_backend import LazyBackend
 
 PROJECT = "riftco"
 hookspec = pluggy.HookspecMarker(PROJECT)
@@ -31,8 +32,14 @@ hookimpl = pluggy.HookimplMarker(PROJECT)
 
 
 @hookspec
-def riftco_backends() -> list[type[Backend]]:
+def riftco_backends() -> list[type[Backend] | LazyBackend]:
     """Return the backend classes this plugin provides (a list; ``[]`` for none).
+
+    An entry may be a :class:`riftco.LazyBackend` instead of the class: its name, its
+    priority and ``"package.module:ClassName"``. riftco then imports the class only when
+    that backend is needed, so a backend over a heavy library does not slow down
+    ``import riftco`` or ``riftco.device("cpu")``; the class must declare the same name
+    and priority.
 
     Each class implements :class:`riftco.Backend` (usually by subclassing
     :class:`riftco.BackendBase`; the protocol is structural, so any class with its members

@@ -20,6 +20,7 @@ from typing import Any
 
 from .backend import PROTOCOL_VERSION, Capabilities, DeviceInfo, missing_primitives
 from .errors import RiftcoError
+from .lazy_backend import LazyBackend
 
 #: Seconds a probe may take. Generous because a probe may legitimately build something:
 #: the native backend compiles its C kernels in its first ``is_available()`` (about 7 s on
@@ -105,8 +106,16 @@ def _describe(value: Any) -> str:
 
 
 # -- what a plugin's hook returned -------------------------------------------------------------
+def origin(cls: Any) -> str:
+    """``package.module.ClassName`` of a backend class or a LazyBackend, without importing."""
+    if isinstance(cls, LazyBackend):
+        return cls.origin
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
 def check_hook_answer(answer: Any) -> str:
-    """Why ``answer`` is not a list of backend classes with usable, distinct names ('' if ok)."""
+    """Why ``answer`` is not a list of backend classes (or LazyBackends) with usable,
+    distinct names ('' if ok)."""
     if not isinstance(answer, (list, tuple)):
         return (
             f"hook riftco_backends returned {_describe(answer)}; "
@@ -114,17 +123,21 @@ def check_hook_answer(answer: Any) -> str:
         )
     seen: set[str] = set()
     for i, cls in enumerate(answer):
-        if not isinstance(cls, type):
+        if isinstance(cls, LazyBackend):
+            problem = cls.problem()
+            if problem:
+                return problem
+        elif not isinstance(cls, type):
             return (
                 f"hook riftco_backends returned {_describe(cls)} at position {i}; "
-                "expected a backend class"
+                "expected a backend class or a riftco.LazyBackend"
             )
         try:
             name = getattr(cls, "name", None)
         except Exception as exc:
             return f"reading {cls.__qualname__}.name raised {short_exc(exc)}"
         if not isinstance(name, str) or not name:
-            return f"returned {cls.__module__}.{cls.__qualname__}, which has no string 'name'"
+            return f"returned {origin(cls)}, which has no string 'name'"
         if ":" in name or any(c.isspace() for c in name) or name in RESERVED_NAMES:
             return (
                 f"returned a backend named {name!r}; a name may not contain ':' or spaces, "

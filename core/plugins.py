@@ -22,6 +22,7 @@ import pluggy
 
 from . import hookspecs
 from .errors import BackendUnavailableError, PluginError, UnknownBackendError
+from .lazy_backend import LazyBackend
 from .plugin_checks import (
     call_bounded,
     capabilities_dict,
@@ -29,6 +30,7 @@ from .plugin_checks import (
     check_devices,
     check_hook_answer,
     one_line,
+    origin,
     priority_of,
     probe_timeout,
     protocol_problem,
@@ -60,7 +62,9 @@ class BackendEntry:
     *fault* (the plugin raised, timed out or answered garbage) is kept apart from an
     honest "unavailable" so that strict mode raises on faults only. ``cls`` is None for a
     plugin that failed before it could name a backend; the entry then carries the
-    plugin's name and the reason.
+    plugin's name and the reason (:attr:`is_placeholder`). A backend its plugin declared
+    as a :class:`~riftco.LazyBackend` has its class imported on the first look at ``cls``
+    or the first probe; an import that fails is a fault like a probe that raises.
     """
 
     def __init__(
@@ -73,9 +77,11 @@ class BackendEntry:
         problem: str = "",
         protocol_version: tuple[int, int] | None = None,
         priority: int = 0,
+        lazy: LazyBackend | None = None,
     ) -> None:
         self.name = name
-        self.cls = cls
+        self._cls = cls
+        self._lazy = lazy
         self.plugin = plugin
         self.distribution = distribution
         self.dist_version = dist_version
@@ -83,7 +89,7 @@ class BackendEntry:
         self.priority = priority
         self._lock = threading.RLock()
         self.refused = cls is not None and bool(problem)  # does not fit the protocol
-        self._probed = cls is None or bool(problem)
+        self._probed = self.is_placeholder or bool(problem)
         self._available = not self._probed
         self._reason = problem
         self._fault = problem
@@ -95,19 +101,63 @@ class BackendEntry:
         state = "unprobed" if not self._probed else ("available" if self._available else "no")
         return f"<BackendEntry {self.name!r} plugin={self.plugin!r} {state}>"
 
+    @property
+    def is_placeholder(self) -> bool:
+        """A plugin that failed before naming a backend: no class, now or later."""
+        return self._cls is None and self._lazy is None
+
+    @property
+    def origin(self) -> str:
+        """``package.module.ClassName`` (never imports a lazy backend)."""
+        what = self._cls if self._cls is not None else self._lazy
+        return origin(what) if what is not None else "?"
+
+    @property
+    def cls(self) -> type[Backend] | None:
+        """The backend class; a lazy backend's is imported (once) here."""
+        if self._cls is None and self._lazy is not None and not self._probed:
+            with self._lock:
+                if self._cls is None and not self._probed:
+                    self._load()
+        return self._cls
+
+    def _load(self) -> None:
+        """Import a lazy backend's class and check it as registration checks a class."""
+        lazy = self._lazy
+        assert lazy is not None
+        try:
+            cls = lazy.load()
+        except (Exception, SystemExit) as exc:
+            self._refuse(f"importing {lazy.target} raised {short_exc(exc)}", exc)
+            return
+        problem = lazy.mismatch(cls)
+        try:
+            version, bad_version = protocol_version_of(cls) if not problem else (None, "")
+            problem = problem or bad_version or protocol_problem(cls)
+        except Exception as exc:  # a metaclass property that raises, say
+            problem, version = f"inspecting {lazy.origin} raised {short_exc(exc)}", None
+        if problem:
+            self._refuse(problem, None)
+            return
+        self._cls, self.protocol_version = cls, version
+
+    def _refuse(self, reason: str, cause: BaseException | None) -> None:
+        self.refused, self._probed = True, True
+        self._set_fault(reason, cause)
+
     # -- probing --------------------------------------------------------------------------
     def probe(self, strict: bool | None = None) -> None:
         """Run the probes once; in strict mode (default: the environment) raise on a fault."""
         if not self._probed:
             with self._lock:
-                if not self._probed:
+                if self.cls is not None and not self._probed:  # (imports a lazy class)
                     self._run_probes()
                     self._probed = True
         if self._fault and (_strict() if strict is None else strict):
             where = (
                 f"backend {self.name!r} (plugin {self.plugin!r}, "
                 f"distribution {self.distribution!r}): "
-                if self.cls is not None
+                if not self.is_placeholder
                 else ""
             )
             raise PluginError(f"[plugins] {where}{self._fault}{STRICT_HINT}") from self._cause
@@ -307,7 +357,7 @@ class Registry:
                 return []
             if self.failed_plugins.pop(plugin_name, None) is not None:  # it failed before
                 placeholder = self.entries.get(plugin_name)
-                if placeholder is not None and placeholder.cls is None:
+                if placeholder is not None and placeholder.is_placeholder:
                     del self.entries[plugin_name]
             for entry in entries:
                 self.entries[entry.name] = entry
@@ -357,9 +407,14 @@ class Registry:
         return "", None, classes
 
     def _make_entry(
-        self, cls: type[Any], plugin: str, distribution: tuple[str, str]
+        self, cls: type[Any] | LazyBackend, plugin: str, distribution: tuple[str, str]
     ) -> BackendEntry:
-        """An entry for ``cls``, unavailable (a fault) when the class does not fit the protocol."""
+        """An entry for ``cls``, unavailable (a fault) when the class does not fit the protocol.
+
+        A LazyBackend's class is checked when it is imported (``BackendEntry.cls``)."""
+        if isinstance(cls, LazyBackend):
+            return BackendEntry(cls.name, None, plugin, *distribution, priority=cls.priority,
+                                lazy=cls)  # fmt: skip
         try:
             version, problem = protocol_version_of(cls)
             priority, bad_priority = priority_of(cls)
@@ -372,13 +427,13 @@ class Registry:
     def _name_clash(self, entries: list[BackendEntry], plugin: str, dist: tuple[str, str]) -> str:
         for entry in entries:
             other = self.entries.get(entry.name)
-            if other is None or other.cls is None or entry.cls is None:
+            if other is None or other.is_placeholder or entry.is_placeholder:
                 continue  # a failed plugin's placeholder gives way to a real backend
             return (
                 f"plugin {plugin!r}: two backends are named {entry.name!r}: "
-                f"{other.cls.__module__}.{other.cls.__qualname__} from distribution "
+                f"{other.origin} from distribution "
                 f"{other.distribution!r} (plugin {other.plugin!r}) and "
-                f"{entry.cls.__module__}.{entry.cls.__qualname__} from distribution "
+                f"{entry.origin} from distribution "
                 f"{dist[0]!r} (plugin {plugin!r}); riftco keeps the first; uninstall one "
                 f"or block it with RIFTCO_DISABLE_PLUGINS={plugin}"
             )
@@ -405,7 +460,7 @@ class Registry:
                 shared = any(e.plugin == entry.plugin for e in self.entries.values())
                 if not shared and self.pm.has_plugin(entry.plugin):
                     self.pm.unregister(name=entry.plugin)
-                if entry.cls is None:
+                if entry.is_placeholder:
                     self.failed_plugins.pop(entry.plugin, None)
             for cache in (self._instances, self._start_failures):
                 for key in [k for k in cache if k[0] == name]:
@@ -476,11 +531,12 @@ class Registry:
         """
         ranked = sorted(self.entries.values(), key=_priority_order)
         # refused at load time: named whatever their rank (a bad priority has no rank)
+        refused = {e.name for e in ranked if e.refused}
         skipped = [f"{e.name} ({e.reason})" for e in ranked if e.refused]
         for entry in ranked:
-            if entry.cls is None or entry.refused:
+            if entry.is_placeholder or entry.name in refused:
                 continue  # a failed plugin: named below, whatever its priority would be
-            if not entry.available:
+            if not entry.available:  # a lazy class is imported here, once its rank comes
                 skipped.append(f"{entry.name} ({entry.reason})")
                 continue
             if not entry.devices():

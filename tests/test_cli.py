@@ -6,7 +6,7 @@ import json
 
 import riftco
 from helpers import plugin_for
-from riftco.backend import FUSED_OPS, PROTOCOL_VERSION
+from riftco.backend import FUSED_OPS, PRIMITIVE_OPS, PROTOCOL_VERSION
 from riftco.backends.cpu.backend import CPUBackend
 from riftco.cli import main
 
@@ -114,3 +114,18 @@ def test_backends_text_prints_device_details_sorted_and_short(registry, capsys):
     assert len(line) < 200 and '..."' in line  # the 160-character flags value is cut
     cpu_at = lines.index("  device cpu:0  host CPU (numpy)  dtypes: float32, float64, int32, int64")
     assert lines[cpu_at + 1].startswith("    details: threads=")
+
+
+def test_ops_lists_files_where_riftco_is_installed(capsys, tmp_path, monkeypatch):
+    """`riftco ops` names files a user can open from anywhere (a pip install has no core/)."""
+    from pathlib import Path
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["ops"]) == 0
+    header, *rows = capsys.readouterr().out.splitlines()
+    folder = Path(header.removeprefix("op units, files under ").rstrip(":"))
+    assert folder == Path(riftco.__file__).parent
+    files = [row.split()[-1] for row in rows]
+    assert len(files) == len(PRIMITIVE_OPS) + len(FUSED_OPS)
+    assert all((folder / f).is_file() for f in files)
+    assert "ops/fused/gelu.py" in files and not any(f.startswith("core/") for f in files)

@@ -79,16 +79,48 @@ def test_render_escapes_what_a_backend_reports() -> None:
     assert "<script>" not in page and "&lt;script&gt;" in page
 
 
+def _chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    cmd = [
+        str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+        "--no-first-run", "--disable-background-networking", "--disable-component-update",
+        "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}", *args,
+    ]  # fmt: skip
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+
+
 @pytest.mark.skipif(CHROMIUM is None, reason="no chromium installed (apt install chromium)")
 def test_page_renders_the_verdict_in_a_headless_browser(tmp_path: Path) -> None:
     rc, page, _ = _certificate(tmp_path, ["cpu", "--ops", "gelu", "--max-examples", "1"])
     assert rc == 0
-    cmd = [
-        str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-        "--no-first-run", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom",
-        page.as_uri(),
-    ]  # fmt: skip
-    dom = subprocess.run(cmd, capture_output=True, text=True, timeout=120).stdout
+    dom = _chromium(tmp_path, "--dump-dom", page.as_uri()).stdout
     assert 'id="verdict">PASS</span>' in dom, dom[:2000]
     assert "gelu[float32]" in dom and "Model check" in dom
+
+
+#: Colours only these boxes use (conformance/html.py's CSS), to find them in a screenshot.
+_VERDICT_GREEN, _SUMMARY_BLUE, _COMMAND_SAND = (
+    (0x1A, 0x7F, 0x37),
+    (0xEE, 0xF4, 0xFB),
+    (0xF3, 0xF0, 0xE6),
+)
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="no chromium installed (apt install chromium)")
+def test_verdict_summary_and_command_fill_the_first_screen(tmp_path: Path) -> None:
+    """A full run's page (hundreds of rows) seen in a 1280x800 window: the verdict, the
+    coverage summary and the reproduce command are all visible without scrolling."""
+    image = pytest.importorskip("PIL.Image", reason="Pillow reads the screenshot (riftco[plot])")
+    rc, page, _ = _certificate(tmp_path, ["cpu", "--max-examples", "0", "--no-throughput"])
+    assert rc == 0
+    shot = tmp_path / "first_screen.png"
+    done = _chromium(tmp_path, "--window-size=1280,800", "--force-device-scale-factor=1",
+                     "--hide-scrollbars", f"--screenshot={shot}", page.as_uri())  # fmt: skip
+    assert shot.exists(), done.stderr[-2000:]
+    with image.open(shot) as img:
+        assert img.size == (1280, 800)
+        colours = {c for _, c in img.convert("RGB").getcolors(maxcolors=1 << 20)}
+    for name, rgb in (("verdict", _VERDICT_GREEN), ("coverage summary", _SUMMARY_BLUE),
+                      ("reproduce command", _COMMAND_SAND)):  # fmt: skip
+        assert rgb in colours, f"the {name} box is not on the first screen"
+    text = page.read_text(encoding="utf-8")
+    assert text.index('id="summary"') < text.index('id="reproduce"') < text.index("Op x dtype")

@@ -51,6 +51,21 @@ def test_compare_nan_and_inf_must_match_exactly() -> None:
         assert not compare("y", np.array(bad), e, Tolerance(1.0, 1.0)).ok
 
 
+def test_a_nan_or_inf_mismatch_is_named_as_such_not_as_a_zero_error() -> None:
+    """A NaN where the reference is finite has no error number: the message says what it is
+    (it used to read "beyond tolerance; max abs err 0, max rel err 0")."""
+    e = np.array([0.5, 1.0, np.inf, 2.0])
+    only = compare("dx", np.array([np.nan, 1.0, np.inf, 2.0]), e, Tolerance(1e-6, 1e-6))
+    text = only.describe()
+    assert only.special == 1 and "1 of 4 elements are NaN/Inf mismatches" in text
+    assert "max abs err 0" not in text and "got nan, expected 0.5" in text
+    both = compare("dx", np.array([0.5, 1.5, -np.inf, 2.0]), e, Tolerance(1e-6, 1e-6))
+    text = both.describe()
+    assert both.special == 1 and both.mismatches == 2
+    assert "2 of 4 elements wrong: 1 NaN/Inf mismatches" in text
+    assert "1 beyond tolerance (max abs err 0.5" in text and "got -inf, expected inf" in text
+
+
 def test_compare_rounds_the_reference_to_the_output_dtype() -> None:
     """exp(100) overflows float32: inf is the right float32 answer, a finite value is not."""
     e = np.array([np.exp(100.0), 1e-50])

@@ -63,6 +63,40 @@ def test_resume_is_bit_exact(corpus, tmp_path):
     assert all(np.array_equal(a[k], b[k]) for k in a)
 
 
+class _Bar:
+    """A progress object that keeps what the trainer shows."""
+
+    def __init__(self):
+        self.stats = []
+
+    def update(self, step, stats):
+        self.stats.append((step, stats))
+
+    def close(self):
+        pass
+
+
+def test_each_reported_loss_says_what_it_is(corpus):
+    """One step's loss, a mean over steps and a validation loss are three numbers: every
+    line names which one it shows (it used to print three "train loss" values for one step)."""
+    seen, lines, bar = [], [], _Bar()
+    result = _trainer(corpus, steps=6, eval_every=3).run(
+        progress=bar, log=lines.append, on_step=lambda t, loss: seen.append(loss)
+    )
+    vals = [v for _, v in result.val_losses]
+    assert lines == [
+        f"step 3: train loss {np.mean(seen[:3]):.3f} (mean of steps 1-3), "
+        f"val loss {vals[0]:.3f} (held-out batches)",
+        f"step 6: train loss {np.mean(seen[3:]):.3f} (mean of steps 4-6), "
+        f"val loss {vals[1]:.3f} (held-out batches)",
+    ]
+    assert bar.stats[0][1].startswith(f"step loss {seen[0]:.3f}, ")  # no validation yet
+    assert bar.stats[3][1].startswith(f"step loss {seen[3]:.3f}, val loss {vals[0]:.3f} (step 3)")
+    assert result.final_train_loss == pytest.approx(np.mean(seen))
+    assert result.final_train_loss_label == "mean of steps 1-6"
+    assert result.final_val_loss_label == "validation at step 6"
+
+
 def test_ctrl_c_saves_a_checkpoint(corpus, tmp_path):
     before = signal.getsignal(signal.SIGINT)  # pytest-xdist workers ignore SIGINT
 

@@ -185,7 +185,7 @@ def test_redirected_run_writes_plain_lines(tmp_path, text_file):
     assert proc.returncode == 0, err
     assert "\r" not in out and "\r" not in err  # no carriage-return redraws in a log
     assert "progress: a line every 10 s (stderr is not a terminal)" in out
-    assert "step 1/6 (17%): loss " in out and "step 6/6 (100%): loss " in out
+    assert "step 1/6 (17%): step loss " in out and "step 6/6 (100%): step loss " in out
 
 
 def test_sigterm_from_outside_saves_and_exits_143(tmp_path, text_file):

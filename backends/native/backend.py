@@ -60,6 +60,8 @@ class _SingleThreadedBlas:
 class NativeBackend(NativeAttention, NativeLinearGelu, NativePrimitives, CPUBackend):
     name: ClassVar[str] = "native"
     priority: ClassVar[int] = 5
+    #: named on the conformance certificate with their versions (an extra, not a requirement)
+    libraries: ClassVar[tuple[str, ...]] = ("cffi",)
 
     def __init__(self, device_index: int = 0) -> None:
         super().__init__(device_index)

@@ -52,6 +52,8 @@ class OpenCLBackend(KernelBackend):
     name: ClassVar[str] = "opencl"
     priority: ClassVar[int] = _PRIORITY
     dtypes: ClassVar[frozenset[np.dtype]] = _DTYPES
+    #: named on the conformance certificate with their versions (an extra, not a requirement)
+    libraries: ClassVar[tuple[str, ...]] = ("pyopencl",)
 
     def __init__(
         self, device_index: int = 0, group_size: int | None = None, fast_math: bool | None = None

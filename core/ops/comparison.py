@@ -17,6 +17,8 @@ import numpy as np
 
 from .opunit import Tolerance
 
+_SPECIAL = "NaN/Inf mismatches (NaN or infinity in one of got and expected, not both alike)"
+
 
 @dataclass
 class Comparison:
@@ -31,6 +33,12 @@ class Comparison:
     got: float | None = None
     expected: float | None = None
     problem: str = ""  # shape/dtype/NaN-pattern problems that make numbers meaningless
+    #: the largest error / allowed error over the finite elements (<= 1 passes; inf when a
+    #: NaN or infinity is misplaced): how close a passing output came to its tolerance
+    max_ratio: float = 0.0
+    #: mismatches where got or expected is NaN or infinite and the other differs (NaN vs a
+    #: number, inf vs -inf): no error number describes them, so the message names them apart
+    special: int = 0
 
     @property
     def ok(self) -> bool:
@@ -40,11 +48,18 @@ class Comparison:
         if self.problem:
             return f"{self.name}: {self.problem}"
         where = f"{self.name}[{', '.join(map(str, self.worst_index or ()))}]"
-        return (
-            f"{self.name}: {self.mismatches} of {int(np.prod(self.shape))} elements beyond "
-            f"tolerance; max abs err {self.max_abs:.3g}, max rel err {self.max_rel:.3g}; "
-            f"worst at {where}: got {self.got!r}, expected {self.expected!r}"
-        )
+        total = int(np.prod(self.shape))
+        numeric = self.mismatches - self.special
+        errors = f"max abs err {self.max_abs:.3g}, max rel err {self.max_rel:.3g}"
+        if not self.special:
+            what = f"{self.mismatches} of {total} elements beyond tolerance; {errors}"
+        elif not numeric:
+            what = f"{self.special} of {total} elements are {_SPECIAL}"
+        else:
+            what = (f"{self.mismatches} of {total} elements wrong: {self.special} {_SPECIAL}, "
+                    f"{numeric} beyond tolerance ({errors})")  # fmt: skip
+        worst = f"worst at {where}: got {self.got!r}, expected {self.expected!r}"
+        return f"{self.name}: {what}; {worst}"
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -57,12 +72,14 @@ class Comparison:
             "got": self.got,
             "expected": self.expected,
             "problem": self.problem,
+            "max_ratio": self.max_ratio,
+            "nan_inf_mismatches": self.special,
         }
 
 
 def _unusable(name: str, expected: np.ndarray, problem: str) -> Comparison:
     """A result whose numbers cannot be compared at all: every element counts as wrong."""
-    return Comparison(name, expected.shape, -1, np.inf, np.inf, problem=problem)
+    return Comparison(name, expected.shape, -1, np.inf, np.inf, problem=problem, max_ratio=np.inf)
 
 
 def compare(
@@ -95,10 +112,13 @@ def compare(
         rel = np.where(finite & (scale == 0) & (diff > 0), np.inf, rel)
         allowed = tol.atol * atol_scale + tol.rtol * scale
         bad = special_bad | (finite & (diff > allowed))
-        # badness relative to each element's own allowance, so the worst is the most wrong
-        ratio = np.where(bad, np.where(finite, diff / np.maximum(allowed, 1e-300), np.inf), 0.0)
+        # error relative to each element's own allowance, so the worst is the most wrong
+        used = np.where(finite, diff / np.maximum(allowed, 1e-300), 0.0)
+        ratio = np.where(bad, np.where(finite, used, np.inf), 0.0)
     mismatches = int(np.count_nonzero(bad))
     comp = Comparison(name, e.shape, mismatches, float(diff.max()), float(rel.max()))
+    comp.max_ratio = float(ratio.max()) if mismatches else float(used.max())
+    comp.special = int(np.count_nonzero(special_bad))
     if mismatches:
         flat = int(np.argmax(ratio))
         idx = tuple(int(i) for i in np.unravel_index(flat, e.shape))

@@ -8,6 +8,7 @@ differently; ``tests/test_docs_tables.py`` checks the copy in docs/BACKENDS.md i
 from __future__ import annotations
 
 import inspect
+import os
 import re
 import sys
 from pathlib import Path
@@ -55,12 +56,13 @@ def markdown() -> str:
 
 
 def text() -> str:
-    """The plain-text listing ``riftco ops`` prints."""
-    out = []
+    """The plain-text listing ``riftco ops`` prints: files where this riftco is installed
+    (``core/`` is the checkout's name for the package; a pip install has no such folder)."""
+    package = Path(inspect.getfile(sys.modules[__name__.rsplit(".", 2)[0]])).parent
+    out = [f"op units, files under {package}{os.sep}:"]
     for u in units():
-        out.append(
-            f"{signature(u):<70} {'optional' if u.fused else 'required':<9} {module_path(u)}"
-        )
+        file = Path(inspect.getfile(u.method)).relative_to(package).as_posix()
+        out.append(f"{signature(u):<70} {'optional' if u.fused else 'required':<9} {file}")
     return "\n".join(out)
 
 

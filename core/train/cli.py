@@ -351,8 +351,9 @@ def _train(args: argparse.Namespace, given: set[str]) -> int:
         print(problem or f"loss curve: {png}")
         print(f"checkpoint: {result.checkpoint}")
     print(
-        f"summary: {result.step} steps, train loss {result.final_train_loss:.3f}, val loss "
-        f"{result.final_val_loss:.3f}, {result.tokens_per_s:,.0f} tokens/s, "
+        f"summary: {result.step} steps, train loss {result.final_train_loss:.3f} "
+        f"({result.final_train_loss_label}), val loss {result.final_val_loss:.3f} "
+        f"({result.final_val_loss_label}), {result.tokens_per_s:,.0f} tokens/s, "
         f"{result.ms_per_step:.1f} ms/step, wall {result.wall_s:.1f} s, backend {model.device}"
     )
     return 0

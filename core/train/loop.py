@@ -86,6 +86,14 @@ class TrainConfig:
             rule.check("train", name, getattr(self, name))
 
 
+def mean_label(losses: list[tuple[int, float]]) -> str:
+    """``mean of steps 81-100``: which steps' losses a reported training loss averages."""
+    if not losses:
+        return "no steps"
+    first, last = losses[0][0], losses[-1][0]
+    return f"mean of step {last}" if first == last else f"mean of steps {first}-{last}"
+
+
 @dataclass
 class TrainResult:
     step: int
@@ -105,8 +113,17 @@ class TrainResult:
         return float(np.mean(tail)) if tail else float("nan")
 
     @property
+    def final_train_loss_label(self) -> str:
+        """Which steps :attr:`final_train_loss` averages, as the summary line names them."""
+        return mean_label(self.train_losses[-20:])
+
+    @property
     def final_val_loss(self) -> float:
         return self.val_losses[-1][1] if self.val_losses else float("nan")
+
+    @property
+    def final_val_loss_label(self) -> str:
+        return f"validation at step {self.val_losses[-1][0]}" if self.val_losses else "none"
 
 
 # -- loss heads ------------------------------------------------------------------------------------
@@ -349,6 +366,22 @@ class Trainer:
             raise KeyboardInterrupt
         self._stop, self._stop_signal = True, signum
 
+    def _eval_line(self, val_loss: float) -> str:
+        """The line at an evaluation: three losses, each named for what it averages."""
+        recent = self.train_losses[-self.cfg.eval_every :]
+        mean = float(np.mean([v for _, v in recent])) if recent else float("nan")
+        return (
+            f"step {self.step}: train loss {mean:.3f} ({mean_label(recent)}), "
+            f"val loss {val_loss:.3f} (held-out batches)"
+        )
+
+    def _step_stats(self, loss: float) -> str:
+        """The progress bar's losses: this step's alone, and the last validation's with its step."""
+        if not self.val_losses:
+            return f"step loss {loss:.3f}"
+        at, val = self.val_losses[-1]
+        return f"step loss {loss:.3f}, val loss {val:.3f} (step {at})"
+
     def run(
         self,
         progress: bool | str | Any = True,
@@ -382,14 +415,12 @@ class Trainer:
                     val_loss = self.evaluate()
                     saved, saved_step = self.save(), self.step
                     if log is not None:
-                        recent = np.mean([v for _, v in self.train_losses[-self.cfg.eval_every :]])
-                        log(f"step {self.step}: train loss {recent:.3f}, val loss {val_loss:.3f}")
+                        log(self._eval_line(val_loss))
                 if on_step is not None and on_step(self, loss):
                     self._stop = True
-                val = f"{self.val_losses[-1][1]:.3f}" if self.val_losses else "-"
                 bar.update(
                     self.step,
-                    f"loss {loss:.3f}, val {val}, {tokens_per_step * steps_done / step_time:,.0f} "
+                    f"{self._step_stats(loss)}, {tokens_per_step * steps_done / step_time:,.0f} "
                     f"tok/s, {1000 * step_time / steps_done:.0f} ms/step",
                 )
         finally:

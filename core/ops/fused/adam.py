@@ -40,7 +40,29 @@ class AdamMethods(Protocol):
         step: int,
     ) -> None:
         """AdamW step in place on ``param``, ``m`` and ``v`` (all dense, one shape and dtype);
-        returns None. ``step`` counts from 1."""
+        returns None. ``step`` counts from 1.
+
+        Element for element, with ``g = grad`` and ``p`` the parameter before the step::
+
+            m    <- beta1 * m + (1 - beta1) * g
+            v    <- beta2 * v + (1 - beta2) * g * g
+            mhat =  m / (1 - beta1 ** step)          (bias corrections, with the new m, v)
+            vhat =  v / (1 - beta2 ** step)
+            p    <- p - lr * (mhat / (sqrt(vhat) + eps) + weight_decay * p)
+
+        The weight decay is decoupled (AdamW, Loshchilov & Hutter): it multiplies the old
+        parameter, is not added to the gradient and passes through neither moment. The
+        two corrections are worked out on the host in float64 (``1 / (1 - beta ** step)``)
+        and applied as factors in the tensors' dtype. Core has checked the domain: finite
+        ``lr >= 0``, ``0 <= beta1, beta2 < 1``, ``eps >= 0``, ``weight_decay >= 0``,
+        ``1 <= step <= 2**62``.
+
+        Special values: a NaN in ``g`` makes that element of ``m``, ``v`` and ``p`` NaN; an
+        infinite ``g`` makes ``m`` and ``v`` infinite and ``p`` NaN (``inf / inf``); a NaN
+        or infinite ``p`` stays so (through the decay). ``-0.0`` is 0.0. Empty tensors: nothing
+        is written. A backend either writes all three tensors or, on an error, none.
+
+        Composite: primitives only, then one all-or-nothing assignment of the three."""
         ...
 
 

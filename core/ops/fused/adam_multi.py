@@ -67,7 +67,13 @@ class AdamMultiMethods(Protocol):
         storage appears twice among them; grads are dense; ``step >= 1``; the
         hyperparameters are ``adam_update``'s domain and ``max_norm`` is finite and > 0.
         Tensors are independent: the order in which a backend visits them does not change
-        any result. Core bumps the version of every param, m and v."""
+        any result. Core bumps the version of every param, m and v.
+
+        Special values: as ``adam_update`` per element, with the NaN and infinite norms
+        above. ``-0.0`` is 0.0. Empty lists or size-0 tensors write nothing.
+
+        Composite: ``s`` from primitives, then ``adam_update`` on each tensor (your native
+        one when you define it)."""
         ...
 
 

@@ -47,7 +47,15 @@ class AddLayerNormMethods(Protocol):
         ``add`` returns) and the statistics are those of that rounded ``s``, computed as
         ``layer_norm`` computes them (biased, stable variance; ``rstd = 1/sqrt(var + eps)``).
         NaN or Inf in a row of ``x`` or ``r`` gives that element of ``s`` by IEEE and a NaN
-        row of ``y`` with NaN statistics (Inf - Inf); other rows are unaffected."""
+        row of ``y`` with NaN statistics (Inf - Inf); other rows are unaffected.
+
+        Special values: ``s`` by IEEE addition (``inf + -inf`` is NaN); ``y``, ``mean`` and
+        ``rstd`` those of ``layer_norm`` on ``s``: a NaN in a row of ``s`` makes its row of
+        ``y`` and its statistics NaN, a ``+-inf`` its ``mean`` ``+-inf`` (NaN with both
+        signs) and its ``rstd`` and ``y`` NaN. ``-0.0`` is 0.0. Zero rows give empty
+        results; C = 0 is refused by core.
+
+        Composite: ``add``, then ``layer_norm`` (your native one when you define it)."""
         ...
 
     def add_layer_norm_backward(
@@ -61,7 +69,15 @@ class AddLayerNormMethods(Protocol):
         rounded to the dtype before ``ds`` is added (so the result equals the unfused
         ``add(ds, dx)`` bit for bit where ``dx`` does). ``dy``, ``ds`` and ``s`` share one
         shape; dgamma and dbeta are column sums over every row (zeros for zero rows),
-        deterministic."""
+        deterministic.
+
+        Special values: those of ``layer_norm_backward`` (a NaN or infinity in a row of
+        ``dy`` or ``s`` makes that row NaN and reaches ``dgamma`` and ``dbeta``), then IEEE
+        addition of ``ds``. ``-0.0`` is 0.0. Zero rows give an empty ``dsum`` and zero
+        ``dgamma`` and ``dbeta``.
+
+        Composite: ``layer_norm_backward`` (your native one when you define it), then
+        ``add``."""
         ...
 
 

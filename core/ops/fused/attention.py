@@ -37,13 +37,43 @@ class AttentionMethods(Protocol):
     def attention(
         self, q: Tensor, k: Tensor, v: Tensor, scale: float, causal: bool
     ) -> tuple[Tensor, Tensor]:
-        """``(out[B,H,T,D], probs[B,H,T,T])``; masked probabilities are exactly 0."""
+        """``(out[B,H,T,D], probs[B,H,T,T])`` for ``q``, ``k``, ``v`` of ``[B,H,T,D]`` (D >= 1)
+        in one float dtype; ``probs`` is ``P``, masked probabilities exactly 0.
+
+        Scores ``S = scale * q kᵀ`` (``[T, T]`` per batch and head; ``scale`` is an
+        argument, never assumed ``1/sqrt(D)``). Mask rule: with ``causal``, key ``j > i`` is
+        masked for query ``i``: it gets probability exactly 0 and never contributes, even
+        when its score is NaN or infinite (mask by index, never by adding ``-inf`` to a
+        NaN). ``P = softmax(S)`` row-wise over the unmasked keys (max-subtracted: scores of
+        any finite magnitude give finite results); ``out = P v``.
+
+        Special values: a NaN or infinity in ``q[i]`` makes row ``i`` NaN (as softmax: a
+        ``+inf`` or NaN score poisons its row, a row of ``-inf`` scores is NaN); one in
+        ``k[j]`` makes every row that sees key ``j`` NaN and leaves rows that mask it
+        alone. A NaN or infinity in ``v[j]`` reaches every output row in the reference,
+        masked rows included (``P v`` multiplies the 0 by it); a kernel that skips masked
+        keys leaves those rows finite, and the samples hold no non-finite ``v``. ``-0.0``
+        is 0.0. B, H or T = 0 gives empty results.
+
+        Composite: ``softmax`` (your native one when you define it) of the masked scores,
+        then ``matmul``."""
         ...
 
     def attention_backward(
         self, dout: Tensor, q: Tensor, k: Tensor, v: Tensor, probs: Tensor, scale: float
     ) -> tuple[Tensor, Tensor, Tensor]:
-        """``(dq, dk, dv)`` from the saved probabilities (the mask is in them)."""
+        """``(dq, dk, dv)`` from the saved probabilities (the mask is in them).
+
+        ``dV = Pᵀ dO``, ``dP = dO Vᵀ``, ``dS = P * (dP - rowsum(dP * P))``,
+        ``dQ = scale dS K``, ``dK = scale dSᵀ Q``; masked entries of ``P`` are 0, so they
+        contribute nothing (no ``causal`` argument is needed).
+
+        Special values: IEEE through the products: a NaN or infinity in ``dout``, ``v`` or
+        ``probs`` reaches the rows and columns its products touch (as NaN or ``+-inf``).
+        ``-0.0`` is 0.0. Empty shapes give empty results.
+
+        Composite: ``softmax_backward`` (your native one when you define it) between
+        ``matmul``s."""
         ...
 
 

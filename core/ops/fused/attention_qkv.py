@@ -47,7 +47,17 @@ class AttentionQKVMethods(Protocol):
         Per head exactly ``attention`` (flash false: probs, masked entries exactly 0) or
         ``flash_attention`` (flash true: the natural-log row log-sum-exp): scores
         ``scale * q kᵀ``, causal masking by index (key j > query i), NaN propagates, B or
-        T = 0 gives empty results. Outputs in ``qkv``'s dtype."""
+        T = 0 gives empty results. Outputs in ``qkv``'s dtype. With ``flash``, ``lse`` is
+        the natural-log log-sum-exp of each row of the masked scaled scores, as
+        ``flash_attention`` defines it.
+
+        Special values: per head those of ``attention`` / ``flash_attention``: a NaN or
+        infinity in a query row poisons that row, in a key row every row that sees the
+        key, in a value row every output row of its head (the samples hold no non-finite
+        values). ``-0.0`` is 0.0. B or T = 0 gives empty results.
+
+        Composite: views and copies of ``qkv`` around ``attention`` or ``flash_attention``
+        (your native ones when you define them)."""
         ...
 
     def attention_qkv_backward(
@@ -66,7 +76,16 @@ class AttentionQKVMethods(Protocol):
 
         ``out`` and ``stat`` are :meth:`attention_qkv`'s outputs (probs: the mask is in
         them; lse: the backward rebuilds ``P = exp(scale q kᵀ - lse)`` and needs ``out``
-        and ``causal``)."""
+        and ``causal``). Per head the formulas of ``attention_backward`` /
+        ``flash_attention_backward``.
+
+        Special values: theirs, per head: IEEE through the products (a NaN or infinity in
+        ``dout``, ``qkv`` or ``stat`` reaches the rows and columns its products touch).
+        ``-0.0`` is 0.0. B or T = 0 gives an empty result.
+
+        Composite: views and copies around ``attention_backward`` or
+        ``flash_attention_backward`` (your native ones when you define them), then
+        ``concatenate_last_axis``."""
         ...
 
 

@@ -34,14 +34,35 @@ _SAMPLES = samples_module(__name__)
 class CrossEntropyMethods(Protocol):
     def cross_entropy(self, logits: Tensor, targets: Tensor) -> tuple[Tensor, Tensor]:
         """``(loss_rows[N], lse[N])`` for ``logits[N, V]`` (V >= 1) and integer
-        ``targets[N]``; -1 means ignored (loss 0); both outputs in the logits' dtype."""
+        ``targets[N]``; -1 means ignored (loss 0); both outputs in the logits' dtype.
+
+        ``lse[i] = m_i + log(sum_j exp(logits[i, j] - m_i))`` (natural log, ``m_i`` the row
+        max, so logits of 1e4 are fine), for every row, ignored or not;
+        ``loss_rows[i] = lse[i] - logits[i, t_i]``, 0 where ``t_i == -1``. Any other target
+        outside ``[0, V)`` is a ``DomainError``.
+
+        Special values: a NaN logit makes its row's ``lse`` and loss NaN; a ``+inf`` logit
+        makes them NaN too (``inf - inf`` after the max); a ``-inf`` logit elsewhere than
+        the target leaves the loss finite, at the target it makes the loss ``+inf``; an all
+        ``-inf`` row has NaN ``lse``. An ignored row's loss is 0 even then. ``-0.0`` is 0.0.
+        N = 0 gives empty results; V = 0 is refused by core.
+
+        Composite: primitives only (``max``, ``exp``, ``sum``, ``log``, a one-hot pick)."""
         ...
 
     def cross_entropy_backward(
         self, dloss_rows: Tensor, logits: Tensor, targets: Tensor, lse: Tensor
     ) -> Tensor:
         """``dlogits[N, V] = dloss_rows[i] * (softmax(logits[i]) - onehot(t_i))``; ignored
-        rows are 0."""
+        rows are 0. ``softmax(logits[i])`` is ``exp(logits[i] - lse[i])`` from the forward's
+        ``lse``.
+
+        Special values: IEEE: a NaN in a row's logits, ``lse`` or ``dloss_rows`` makes that
+        row NaN, an ignored row included (its zero is a product with 0, and ``0 * NaN`` is
+        NaN); a ``-inf`` logit's entry is ``dloss_rows[i] * (0 - onehot)``. ``-0.0`` is
+        0.0. N = 0 gives an empty result.
+
+        Composite: primitives only."""
         ...
 
 

@@ -35,13 +35,31 @@ _SAMPLES = samples_module(__name__)
 class EmbeddingMethods(Protocol):
     def embedding(self, table: Tensor, ids: Tensor) -> Tensor:
         """Rows of ``table[V, C]`` at integer ``ids[...]``: shape ``ids.shape + (C,)``, dtype
-        of ``table``. Ids outside ``[0, V)`` raise ``DomainError`` (devices: at the next
-        sync, after clamping; never an out-of-bounds read)."""
+        of ``table``: ``out[i..., c] = table[ids[i...], c]``. Ids outside ``[0, V)`` raise
+        ``DomainError`` (devices: at the next sync, after clamping; never an out-of-bounds
+        read).
+
+        Special values: rows are copied exactly, NaN, ``+-inf`` and ``-0.0`` included (the
+        tolerance is exact; the reference does this). Zero ids or C = 0 give an empty
+        result.
+
+        Composite: primitives only (a one-hot ``compare`` times ``table`` by ``matmul``);
+        being a product, it spreads a NaN or infinity of ``table`` to that column of every
+        output row (``0 * NaN``), so the samples keep tables finite."""
         ...
 
     def embedding_backward(self, dy: Tensor, ids: Tensor, num_embeddings: int) -> Tensor:
         """``dtable[V, C]``: each row of ``dy[..., C]`` added into row ``ids[...]``; repeated
-        ids accumulate; deterministic (same bits every run); ids as for ``embedding``."""
+        ids accumulate; deterministic (same bits every run); ids as for ``embedding``.
+
+        ``dtable[v, c] = sum of dy[i..., c] over every i with ids[i...] == v`` (0 for an id
+        that never occurs), in a fixed order: no float atomics.
+
+        Special values: IEEE sums: a NaN in a row of ``dy`` makes its id's row NaN, ``+inf``
+        and ``-inf`` into one row make NaN; ``-0.0`` is 0.0. Zero ids give an all-zero
+        ``dtable``; C = 0 an empty one.
+
+        Composite: primitives only (a one-hot ``compare`` and a ``matmul``)."""
         ...
 
 
@@ -144,7 +162,8 @@ def _cost(args: list[Any]) -> tuple[int, int]:
 EMBEDDING = OpUnit(
     "embedding", "fused", "embedding", EmbeddingMethods.embedding, function=embedding,
     composite=embedding_composite, vjp=_embedding_vjp, differentiable=(0,),
-    nan="copies rows exactly", tolerance=EXACT_TOLERANCES,
+    nan="copies rows exactly (the composite spreads a NaN down its column)",
+    tolerance=EXACT_TOLERANCES,
     cost=_cost,
     testing=_SAMPLES,
 )  # fmt: skip

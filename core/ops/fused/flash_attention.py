@@ -31,7 +31,25 @@ class FlashAttentionMethods(Protocol):
     def flash_attention(
         self, q: Tensor, k: Tensor, v: Tensor, scale: float, causal: bool
     ) -> tuple[Tensor, Tensor]:
-        """``(out[B,H,T,D], lse[B,H,T])``; never holds a ``[T, T]`` matrix on a GPU."""
+        """``(out[B,H,T,D], lse[B,H,T])``; never holds a ``[T, T]`` matrix on a GPU.
+
+        ``out`` is ``attention``'s: scores ``S = scale * q kᵀ`` (``scale`` an argument),
+        key ``j > i`` masked for query ``i`` when ``causal`` (never contributing, even when
+        NaN or infinite), ``out = softmax(S) v`` over the unmasked keys. ``lse[b, h, i]`` is
+        the natural-log log-sum-exp of row ``i`` of the masked scaled scores:
+        ``m_i + log(sum_{j unmasked} exp(S[i, j] - m_i))`` with ``m_i`` their maximum (so
+        with zero scores and ``causal``, ``lse[i] = log(i + 1)``). A tiled kernel keeps a
+        running max and sum and rescales both (and the output) by ``exp(old_max -
+        new_max)`` at every tile.
+
+        Special values: as ``attention``: a NaN or infinity in ``q[i]`` makes ``out[i]``
+        and ``lse[i]`` NaN, one in ``k[j]`` every row that sees key ``j``; a NaN or infinity
+        in ``v[j]`` reaches every output row in the reference (masked ones included) but
+        not ``lse``; the samples hold no non-finite ``v``. ``-0.0`` is 0.0. B, H or T = 0
+        gives empty results.
+
+        Composite: primitives only (the masked scores, ``max``, ``exp``, ``sum``, ``log``,
+        ``matmul``)."""
         ...
 
     def flash_attention_backward(
@@ -45,7 +63,20 @@ class FlashAttentionMethods(Protocol):
         scale: float,
         causal: bool,
     ) -> tuple[Tensor, Tensor, Tensor]:
-        """``(dq, dk, dv)``, rebuilding ``P = exp(scale q kᵀ - lse)`` block by block."""
+        """``(dq, dk, dv)``, rebuilding ``P = exp(scale q kᵀ - lse)`` block by block.
+
+        ``P`` is rebuilt from the forward's ``lse`` with masked entries (key ``j > i`` when
+        ``causal``) exactly 0; then ``attention_backward``'s formulas: ``dV = Pᵀ dO``,
+        ``dS = P * (dO Vᵀ - rowsum(dO * out))`` (``rowsum(dP * P)`` equals the row sum of
+        ``dO * out``), ``dQ = scale dS K``, ``dK = scale dSᵀ Q``.
+
+        Special values: IEEE through the products, as for attention's backward: a NaN or
+        infinity in ``dout``, ``v`` or ``out`` reaches the rows and columns its products
+        touch; a NaN or ``+inf`` in ``lse`` makes its row of ``P`` NaN or 0. ``-0.0`` is
+        0.0. Empty shapes give empty results.
+
+        Composite: rebuilds ``P`` from primitives, then the composite of attention's
+        backward, whose ``softmax_backward`` is your native one when you define it."""
         ...
 
 

@@ -2,9 +2,11 @@
 
 ``"tanh"``: ``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))``; ``"none"``:
 ``0.5 x (1 + erf(x / sqrt 2))``. Elementwise, same shape and dtype, NaN propagates, and
-large ``|x|`` must not overflow an intermediate (``gelu(1e4) = 1e4``, ``gelu(-1e4) = 0``):
-a tanh written as ``(e^2u - 1) / (e^2u + 1)`` gives NaN there. Metal has no ``erf``:
-kernels carry their own, accurate to the element type.
+a large finite ``|x|`` must not overflow an intermediate (``gelu(1e4) = 1e4``,
+``gelu(-1e4) = -0.0``): a tanh written as ``(e^2u - 1) / (e^2u + 1)`` gives NaN there. The
+infinities follow the formula: ``gelu(+inf) = +inf``, ``gelu(-inf) = NaN`` (``-inf * 0``),
+and the derivative is NaN at both. Metal has no ``erf``: kernels carry their own, accurate
+to the element type.
 """
 
 from __future__ import annotations
@@ -33,11 +35,35 @@ class GeluMethods(Protocol):
     def gelu(self, x: Tensor, approximate: str) -> Tensor:
         """GELU of ``x``, ``approximate`` in ``("tanh", "none")``; same shape and dtype.
 
-        No intermediate may overflow for large ``|x|``; NaN propagates."""
+        ``"none"``: ``x * Phi(x)`` with ``Phi(x) = (1 + erf(x / sqrt 2)) / 2``; ``"tanh"``:
+        ``x * (1 + tanh(u)) / 2`` with ``u = sqrt(2/pi) (x + 0.044715 x^3)``. For finite
+        ``x`` no intermediate may overflow into inf or NaN: ``gelu(1e4) = 1e4`` and
+        ``gelu(-1e4) = -0.0`` (a tanh written as ``(e^2u - 1) / (e^2u + 1)`` gives NaN there;
+        ``1 / (1 + exp(-2u))`` does not).
+
+        Special values (the reference's, both forms): ``gelu(NaN) = NaN``,
+        ``gelu(+inf) = +inf``, ``gelu(-inf) = NaN`` (the formula's ``-inf * 0``),
+        ``gelu(-0.0) = -0.0``; conformance does not tell ``-0.0`` from ``0.0``. Empty ``x``
+        gives an empty result.
+
+        Composite: primitives only (``erf`` built from ``exp`` and a series or a rational
+        fit)."""
         ...
 
     def gelu_backward(self, dy: Tensor, x: Tensor, approximate: str) -> Tensor:
-        """``dy * gelu'(x)`` for the same ``approximate`` form."""
+        """``dy * gelu'(x)`` for the same ``approximate`` form; ``dy`` has ``x``'s shape.
+
+        ``"none"``: ``gelu'(x) = Phi(x) + x phi(x)`` with ``phi(x) = exp(-x^2/2) / sqrt(2 pi)``;
+        ``"tanh"``: ``s + x * 2 s (1 - s) du/dx`` with ``s = 1 / (1 + exp(-2u))`` and
+        ``du/dx = sqrt(2/pi) (1 + 3 * 0.044715 x^2)``. Finite ``x`` of any magnitude gives
+        a finite derivative (1 for large positive ``x``, 0 for large negative).
+
+        Special values (the reference's, both forms, with ``dy = 1``): ``gelu'(NaN) = NaN``,
+        ``gelu'(+inf) = NaN`` and ``gelu'(-inf) = NaN`` (the ``x * phi(x)`` term is
+        ``inf * 0``), ``gelu'(-0.0) = 0.5``; a NaN or infinite ``dy`` multiplies through by
+        IEEE. Empty operands give an empty result.
+
+        Composite: primitives only."""
         ...
 
 
@@ -152,7 +178,7 @@ def _cost(n_in: int) -> Any:
 GELU = OpUnit(
     "gelu", "fused", "gelu", GeluMethods.gelu, function=gelu,
     composite=gelu_composite, vjp=_gelu_vjp, differentiable=(0,),
-    nan="propagates NaN",
+    nan="NaN -> NaN; gelu(+inf) = +inf, gelu(-inf) = NaN",
     # tanh/erf are a few ulp; the float64 composite's erf is float64-grade
     tolerance=Tolerances(Tolerance(2e-6, 1e-5), Tolerance(1e-13, 1e-12),
                          why="tanh/erf are a few ulp"),
@@ -161,7 +187,7 @@ GELU = OpUnit(
 )  # fmt: skip
 GELU_BACKWARD = OpUnit(
     "gelu_backward", "fused", "gelu", GeluMethods.gelu_backward, function=gelu_backward,
-    composite=gelu_backward_composite, nan="propagates NaN",
+    composite=gelu_backward_composite, nan="NaN at NaN and at +-inf",
     # for large |x| it cancels (1 + tanh) and (1 - tanh^2), then scales by x * dy
     tolerance=Tolerances(Tolerance(2e-5, 2e-5), Tolerance(1e-12, 1e-11),
                          why="(1 + tanh) and (1 - tanh^2) cancel for large |x|"),

@@ -32,14 +32,35 @@ class LayerNormMethods(Protocol):
         """``(y, mean, rstd)`` over the last axis of ``x[..., C]`` (C >= 1) with ``gamma[C]``,
         ``beta[C]``; ``mean`` and ``rstd`` have shape ``x.shape[:-1]``; all in ``x.dtype``.
 
-        Biased variance, computed stably; ``rstd = 1/sqrt(var + eps)``. NaN in a row gives a
-        NaN row and NaN statistics."""
+        ``mean = sum(x) / C``, ``var = sum((x - mean)^2) / C`` (biased, computed stably: two
+        passes or Welford, never ``E[x^2] - E[x]^2``), ``rstd = 1 / sqrt(var + eps)``,
+        ``y = (x - mean) * rstd * gamma + beta``.
+
+        Special values: a NaN in a row gives a NaN row of ``y`` and NaN ``mean`` and
+        ``rstd``; a ``+-inf`` in a row makes its ``mean`` ``+-inf`` (NaN with both signs),
+        its ``rstd`` and its row of ``y`` NaN; other rows are unaffected. A NaN or
+        infinity in ``gamma`` or ``beta`` reaches column ``c`` of every row by IEEE.
+        ``-0.0`` is 0.0. Zero rows give empty results; C = 0 is refused by core.
+
+        Composite: primitives only (``sum``, ``sub``, ``mul``, ``rsqrt``, ``add``)."""
         ...
 
     def layer_norm_backward(
         self, dy: Tensor, x: Tensor, gamma: Tensor, mean: Tensor, rstd: Tensor
     ) -> tuple[Tensor, Tensor, Tensor]:
-        """``(dx, dgamma[C], dbeta[C])`` from the forward's saved statistics."""
+        """``(dx, dgamma[C], dbeta[C])`` from the forward's saved statistics.
+
+        With ``xhat = (x - mean) * rstd`` and ``g = dy * gamma`` per row:
+        ``dx = rstd * (g - mean_C(g) - xhat * mean_C(g * xhat))``,
+        ``dgamma = sum over rows of dy * xhat``, ``dbeta = sum over rows of dy`` (column
+        sums over every row, accumulated pairwise or in blocks).
+
+        Special values: IEEE throughout; a NaN or infinity in a row of ``dy`` or ``x`` (or a
+        NaN statistic) makes that row of ``dx`` NaN and reaches ``dgamma`` and ``dbeta``
+        through the column sums. ``-0.0`` is 0.0. Zero rows give empty ``dx`` and zero
+        ``dgamma`` and ``dbeta``.
+
+        Composite: primitives only."""
         ...
 
 

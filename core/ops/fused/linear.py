@@ -30,14 +30,30 @@ _SAMPLES = samples_module(__name__)
 
 class LinearMethods(Protocol):
     def linear(self, x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
-        """``x[M, K] @ weight[K, N] + bias[N]`` -> ``y[M, N]`` in the operands' dtype."""
+        """``x[M, K] @ weight[K, N] + bias[N]`` -> ``y[M, N]`` in the operands' dtype.
+
+        ``y[i, n] = sum_k x[i, k] weight[k, n] + bias[n]``; weights are stored
+        ``(in, out)``.
+
+        Special values: IEEE: a NaN or infinity in ``x[i]`` reaches row ``i``, one in
+        ``weight[:, n]`` or ``bias[n]`` column ``n`` (``inf - inf`` and ``0 * inf`` give
+        NaN). ``-0.0`` is 0.0. K = 0 gives ``bias`` in every row; M = 0 an empty ``y``.
+
+        Composite: primitives only (``matmul``, ``add`` of the broadcast bias)."""
         ...
 
     def linear_backward(
         self, dy: Tensor, x: Tensor, weight: Tensor
     ) -> tuple[Tensor, Tensor, Tensor]:
         """``(dx = dy weightᵀ [M, K], dweight = xᵀ dy [K, N], dbias = column sums of dy [N])``;
-        long column sums accumulate pairwise or in blocks."""
+        long column sums accumulate pairwise or in blocks.
+
+        Special values: IEEE through the products and sums: a NaN or infinity in ``dy[i]``
+        reaches ``dx[i]``, every row of ``dweight`` it multiplies and ``dbias``. ``-0.0``
+        is 0.0. M = 0 gives an empty ``dx`` and zero ``dweight`` and ``dbias``; K = 0 an
+        empty ``dx`` and ``dweight``.
+
+        Composite: primitives only (two ``matmul``s and a ``sum``)."""
         ...
 
 

@@ -40,7 +40,13 @@ class LinearGeluMethods(Protocol):
     ) -> tuple[Tensor, Tensor]:
         """``(y = gelu(h, approximate), h = x[M, K] @ weight[K, N] + bias[N])``, both
         ``[M, N]`` in the operands' dtype; ``h`` is saved for the backward. GELU as the
-        ``gelu`` op defines it (no intermediate overflows for large ``|h|``; NaN propagates)."""
+        ``gelu`` op defines it (no intermediate overflows for a large finite ``|h|``).
+
+        Special values: ``h`` those of ``linear``; ``y`` those of ``gelu`` on ``h``
+        (``gelu(NaN) = NaN``, ``gelu(+inf) = +inf``, ``gelu(-inf) = NaN``). ``-0.0`` is 0.0.
+        K = 0 gives ``h = bias`` in every row; M = 0 empty ``y`` and ``h``.
+
+        Composite: ``linear`` then ``gelu`` (your native ones when you define them)."""
         ...
 
     def linear_gelu_backward(
@@ -48,7 +54,14 @@ class LinearGeluMethods(Protocol):
     ) -> tuple[Tensor, Tensor, Tensor]:
         """``(dx [M, K], dweight [K, N], dbias [N])`` of ``y = gelu(x weight + bias)`` from the
         saved pre-activation ``h [M, N]``: ``dh = dy * gelu'(h)``, then ``linear_backward(dh)``;
-        long column sums accumulate pairwise or in blocks."""
+        long column sums accumulate pairwise or in blocks.
+
+        Special values: ``dh`` those of ``gelu_backward`` (``gelu'`` is NaN at NaN and at
+        ``+-inf``), then those of ``linear_backward``. ``-0.0`` is 0.0. M = 0 gives an empty
+        ``dx`` and zero ``dweight`` and ``dbias``.
+
+        Composite: ``gelu_backward`` then ``linear_backward`` (your native ones when you
+        define them)."""
         ...
 
 

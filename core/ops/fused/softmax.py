@@ -26,12 +26,27 @@ class SoftmaxMethods(Protocol):
     def softmax(self, x: Tensor) -> Tensor:
         """Softmax over the last axis (rank >= 1), max-subtracted; same shape and dtype.
 
-        ``-inf`` entries give 0; an all ``-inf`` row gives NaN; a NaN in a row gives a NaN
-        row; logits of any finite magnitude give finite probabilities."""
+        ``y[..., j] = exp(x[..., j] - m) / sum_k exp(x[..., k] - m)`` with ``m`` the row's
+        maximum; logits of any finite magnitude (1e4, past ``exp``'s overflow) give finite
+        probabilities.
+
+        Special values: a ``-inf`` entry gives 0 (its row is otherwise unaffected); a row
+        that is all ``-inf`` gives NaN (``-inf - -inf``); a ``+inf`` entry makes its row NaN
+        (``inf - inf``); a NaN anywhere in a row gives a NaN row. ``-0.0`` is 0.0. An empty
+        last axis or zero rows give an empty result.
+
+        Composite: primitives only (``max``, ``sub``, ``exp``, ``sum``, ``div``)."""
         ...
 
     def softmax_backward(self, dy: Tensor, y: Tensor) -> Tensor:
-        """``y * (dy - rowsum(dy * y))`` where ``y`` is softmax's output."""
+        """``y * (dy - rowsum(dy * y))`` where ``y`` is softmax's output (rows over the last
+        axis; ``dy`` and ``y`` share one shape).
+
+        Special values: IEEE throughout; a NaN or infinity in ``dy`` or ``y`` reaches its
+        whole row through the row sum (as NaN, or ``+-inf`` where ``y`` is non-zero);
+        ``-0.0`` is 0.0. Empty operands give an empty result.
+
+        Composite: primitives only (``mul``, ``sum``, ``sub``)."""
         ...
 
 
