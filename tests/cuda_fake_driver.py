@@ -103,6 +103,17 @@ class Injection:
         return True
 
 
+@dataclass(frozen=True)
+class DeviceShape:
+    """What each fake GPU reports (the probe reads it; an H200-like sm_90 by default)."""
+
+    memory_pools: bool = True  # CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED
+    capability: tuple[int, int] = (9, 0)
+    total_memory: int = 8 << 30  # allocations beyond it fail with CUDA_ERROR_OUT_OF_MEMORY
+    max_threads_per_block: int = 1024  # also each kernel's limit unless kernel_limits says
+    name: str = "riftco fake GPU (tests/cuda_fake_driver.py)"
+
+
 @dataclass
 class Call:
     index: int
@@ -170,22 +181,10 @@ class FakeCudaDriver:
     CUmemPool_attribute = _real.CUmemPool_attribute
     cuuint64_t = _real.cuuint64_t
 
-    def __init__(
-        self,
-        devices: int = 1,
-        *,
-        memory_pools: bool = True,
-        capability: tuple[int, int] = (9, 0),
-        total_memory: int = 8 << 30,
-        max_threads_per_block: int = 1024,
-        name: str = "riftco fake GPU (tests/cuda_fake_driver.py)",
-    ) -> None:
+    def __init__(self, devices: int = 1, **shape: Any) -> None:
+        """``devices`` GPUs, each as ``DeviceShape(**shape)`` describes."""
         self.device_count = devices
-        self.memory_pools = memory_pools
-        self.capability = capability
-        self.total_memory = total_memory
-        self.max_threads_per_block = max_threads_per_block
-        self.name = name
+        self.shape = DeviceShape(**shape)
         #: kernel name -> CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK (default: the device's)
         self.kernel_limits: dict[str, int] = {}
         self.calls: list[Call] = []
@@ -370,19 +369,19 @@ class FakeCudaDriver:
     @_entry(1, context=False)
     def cuDeviceGetName(self, length: int, dev: Any) -> tuple[Any, ...]:
         index = self._device(dev)
-        return R.CUDA_SUCCESS, f"{self.name} #{index}".encode().ljust(length, b"\0")[:length]
+        return R.CUDA_SUCCESS, f"{self.shape.name} #{index}".encode().ljust(length, b"\0")[:length]
 
     @_entry(1, context=False)
     def cuDeviceGetAttribute(self, attrib: Any, dev: Any) -> tuple[Any, ...]:
         self._device(dev)
         values = {
-            _DA.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: self.capability[0],
-            _DA.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: self.capability[1],
+            _DA.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: self.shape.capability[0],
+            _DA.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: self.shape.capability[1],
             _DA.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: 132,
-            _DA.CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: self.max_threads_per_block,
+            _DA.CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: self.shape.max_threads_per_block,
             _DA.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK: 48 << 10,
             _DA.CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE: 50 << 20,
-            _DA.CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED: int(self.memory_pools),
+            _DA.CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED: int(self.shape.memory_pools),
             _DA.CU_DEVICE_ATTRIBUTE_WARP_SIZE: 32,
         }
         if attrib not in values:
@@ -392,7 +391,7 @@ class FakeCudaDriver:
     @_entry(1, context=False)
     def cuDeviceTotalMem(self, dev: Any) -> tuple[Any, ...]:
         self._device(dev)
-        return R.CUDA_SUCCESS, self.total_memory
+        return R.CUDA_SUCCESS, self.shape.total_memory
 
     @_entry(1, context=False)
     def cuDevicePrimaryCtxRetain(self, dev: Any) -> tuple[Any, ...]:
@@ -493,7 +492,7 @@ class FakeCudaDriver:
     @_entry(1)
     def cuDeviceGetDefaultMemPool(self, dev: Any) -> tuple[Any, ...]:
         self._device(dev)
-        if not self.memory_pools:
+        if not self.shape.memory_pools:
             return R.CUDA_ERROR_NOT_SUPPORTED, None
         return R.CUDA_SUCCESS, _real.CUmemoryPool(0x900 + int(dev))
 
@@ -505,7 +504,7 @@ class FakeCudaDriver:
         n = int(bytesize)
         if n <= 0:
             return R.CUDA_ERROR_INVALID_VALUE, None
-        if self.memory.live_bytes + n > self.total_memory:
+        if self.memory.live_bytes + n > self.shape.total_memory:
             return R.CUDA_ERROR_OUT_OF_MEMORY, None
         alloc = self.memory.allocate(n, ctx.handle, call, self._call.index)
         return R.CUDA_SUCCESS, _real.CUdeviceptr(alloc.ptr)
@@ -514,7 +513,7 @@ class FakeCudaDriver:
     def cuMemAllocAsync(self, bytesize: int, hStream: Any) -> tuple[Any, ...]:
         ctx = self._current("cuMemAllocAsync")
         self._stream(ctx, hStream)
-        if not self.memory_pools:
+        if not self.shape.memory_pools:
             return R.CUDA_ERROR_NOT_SUPPORTED, None
         return self._allocate(ctx, bytesize, "cuMemAllocAsync")
 
@@ -529,9 +528,7 @@ class FakeCudaDriver:
             self._violate(f"0x{ptr:x} is not a pointer an allocation returned")
         if alloc.freed_at is not None:
             self._violate(f"double free of {alloc.describe()}")
-        if alloc.context != ctx.handle:
-            self._violate(f"{alloc.describe()} belongs to another context")
-        return alloc
+        return self._range(ctx, ptr, alloc.nbytes, "pointer to free")
 
     @_entry()
     def cuMemFreeAsync(self, dptr: Any, hStream: Any) -> tuple[Any, ...]:
@@ -567,7 +564,8 @@ class FakeCudaDriver:
     @_entry(2)
     def cuMemGetInfo(self) -> tuple[Any, ...]:
         self._current("cuMemGetInfo")
-        return R.CUDA_SUCCESS, self.total_memory - self.memory.live_bytes, self.total_memory
+        total = self.shape.total_memory
+        return R.CUDA_SUCCESS, total - self.memory.live_bytes, total
 
     # -- host memory and copies -------------------------------------------------------------
     @_entry(1)
@@ -725,7 +723,7 @@ class FakeCudaDriver:
         return kernel
 
     def _limit(self, kernel: _Kernel) -> int:
-        return self.kernel_limits.get(kernel.name, self.max_threads_per_block)
+        return self.kernel_limits.get(kernel.name, self.shape.max_threads_per_block)
 
     @_entry(1)
     def cuFuncGetAttribute(self, attrib: Any, hfunc: Any) -> tuple[Any, ...]:
