@@ -135,15 +135,15 @@ def test_training_step_calls(fake):
         start = len(fake.calls)
         trainer.train_step()
         per_step.append(fake.calls[start:])
-    last = types.SimpleNamespace(names=[c.name for c in per_step[-1]])
+    names = [c.name for c in per_step[-1]]
     launched = [c for c in per_step[-1] if c.name == "cuLaunchKernel"]
     assert len(launched) > 50
     assert [c.args[0] for c in per_step[1] if c.name == "cuLaunchKernel"] == [
         c.args[0] for c in launched
     ], "the second and third steps launch different kernels"
-    assert "cuModuleLoadData" not in last.names, "kernels recompiled after the first step"
-    assert last.names.count("cuMemcpyDtoHAsync") == 2  # the loss and the status word
-    assert last.names.count("cuStreamSynchronize") == 2
+    assert "cuModuleLoadData" not in names, "kernels recompiled after the first step"
+    assert names.count("cuMemcpyDtoHAsync") == 2  # the loss and the status word
+    assert names.count("cuStreamSynchronize") == 2
     streams = {int(c.args[8]) for c in fake.calls if c.name == "cuLaunchKernel"}
     assert len(streams) == 1 and fake.count("cuStreamCreate") == 1
     kernels = {launch.kernel for launch in fake.launches}
