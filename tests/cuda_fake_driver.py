@@ -44,7 +44,7 @@ import threading
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 from cuda.bindings import driver as _real
@@ -278,7 +278,7 @@ class FakeCudaDriver:
                     call.injected, call.result = True, inj.error
                     return (inj.error,) + (None,) * returns
         if context:
-            ctx = self._current(call.name)
+            ctx = self._current()
             if ctx.error in STICKY:
                 call.result = ctx.error
                 return (ctx.error,) + (None,) * returns
@@ -286,7 +286,7 @@ class FakeCudaDriver:
         call.result = result[0]
         return result
 
-    def _violate(self, message: str) -> None:
+    def _violate(self, message: str) -> NoReturn:
         text = f"call #{self._call.index} {self._call.name}: {message}"
         self.violations.append(text)
         raise DriverContractError(text)
@@ -295,7 +295,7 @@ class FakeCudaDriver:
         self._handles += 0x10
         return self._handles
 
-    def _current(self, what: str) -> _Context:
+    def _current(self) -> _Context:
         ctx = getattr(self._thread, "context", None)
         if ctx is None:
             self._violate(
@@ -422,20 +422,20 @@ class FakeCudaDriver:
 
     @_entry()
     def cuCtxSynchronize(self) -> tuple[Any, ...]:
-        ctx = self._current("cuCtxSynchronize")
+        ctx = self._current()
         return (self._sync(ctx, list(ctx.streams.values())),)
 
     # -- streams and events -----------------------------------------------------------------
     @_entry(1)
     def cuStreamCreate(self, Flags: int) -> tuple[Any, ...]:
-        ctx = self._current("cuStreamCreate")
+        ctx = self._current()
         stream = Stream(self._handle(), ctx.handle)
         ctx.streams[stream.handle] = stream
         return R.CUDA_SUCCESS, _real.CUstream(stream.handle)
 
     @_entry()
     def cuStreamDestroy(self, hStream: Any) -> tuple[Any, ...]:
-        ctx = self._current("cuStreamDestroy")
+        ctx = self._current()
         stream = self._stream(ctx, hStream)
         self._sync(ctx, [stream])
         del ctx.streams[stream.handle]
@@ -443,7 +443,7 @@ class FakeCudaDriver:
 
     @_entry()
     def cuStreamSynchronize(self, hStream: Any) -> tuple[Any, ...]:
-        ctx = self._current("cuStreamSynchronize")
+        ctx = self._current()
         return (self._sync(ctx, [self._stream(ctx, hStream)]),)
 
     @_entry(1)
@@ -460,7 +460,7 @@ class FakeCudaDriver:
 
     @_entry()
     def cuEventRecord(self, hEvent: Any, hStream: Any) -> tuple[Any, ...]:
-        stream = self._stream(self._current("cuEventRecord"), hStream)
+        stream = self._stream(self._current(), hStream)
         self._events[self._event(hEvent)] = (stream, stream.enqueued)
         return (R.CUDA_SUCCESS,)
 
@@ -469,7 +469,7 @@ class FakeCudaDriver:
         if mark is None:  # never recorded: complete
             return R.CUDA_SUCCESS
         stream, count = mark
-        ctx = self._current("event")
+        ctx = self._current()
         fault = stream.run_until(count)
         if fault is not None and ctx.error is None:
             ctx.error = fault
@@ -511,7 +511,7 @@ class FakeCudaDriver:
 
     @_entry(1)
     def cuMemAllocAsync(self, bytesize: int, hStream: Any) -> tuple[Any, ...]:
-        ctx = self._current("cuMemAllocAsync")
+        ctx = self._current()
         self._stream(ctx, hStream)
         if not self.shape.memory_pools:
             return R.CUDA_ERROR_NOT_SUPPORTED, None
@@ -519,7 +519,7 @@ class FakeCudaDriver:
 
     @_entry(1)
     def cuMemAlloc(self, bytesize: int) -> tuple[Any, ...]:
-        return self._allocate(self._current("cuMemAlloc"), bytesize, "cuMemAlloc")
+        return self._allocate(self._current(), bytesize, "cuMemAlloc")
 
     def _freeable(self, ctx: _Context, dptr: Any) -> Allocation:
         ptr = int(dptr)
@@ -532,7 +532,7 @@ class FakeCudaDriver:
 
     @_entry()
     def cuMemFreeAsync(self, dptr: Any, hStream: Any) -> tuple[Any, ...]:
-        ctx = self._current("cuMemFreeAsync")
+        ctx = self._current()
         stream = self._stream(ctx, hStream)
         alloc = self._freeable(ctx, dptr)
         others = {s: n for s, n in alloc.pending.items() if n and s != stream.handle}
@@ -552,7 +552,7 @@ class FakeCudaDriver:
 
     @_entry()
     def cuMemFree(self, dptr: Any) -> tuple[Any, ...]:
-        ctx = self._current("cuMemFree")
+        ctx = self._current()
         alloc = self._freeable(ctx, dptr)
         error = self._sync(ctx, list(ctx.streams.values()))  # it waits for the device
         if error != R.CUDA_SUCCESS:
@@ -563,14 +563,14 @@ class FakeCudaDriver:
 
     @_entry(2)
     def cuMemGetInfo(self) -> tuple[Any, ...]:
-        self._current("cuMemGetInfo")
+        self._current()
         total = self.shape.total_memory
         return R.CUDA_SUCCESS, total - self.memory.live_bytes, total
 
     # -- host memory and copies -------------------------------------------------------------
     @_entry(1)
     def cuMemHostAlloc(self, bytesize: int, Flags: int) -> tuple[Any, ...]:
-        self._current("cuMemHostAlloc")
+        self._current()
         return R.CUDA_SUCCESS, self.pinned.allocate(int(bytesize)).address
 
     @_entry()
@@ -594,7 +594,7 @@ class FakeCudaDriver:
         return address, True
 
     def _upload(self, dst: Any, src: Any, n: int, stream: Stream | None) -> tuple[Any, ...]:
-        ctx = self._current("copy")
+        ctx = self._current()
         n = int(n)
         alloc = self._range(ctx, dst, n, "destination")
         host, pinned = self._host(src, n, "source")
@@ -620,7 +620,7 @@ class FakeCudaDriver:
         return (R.CUDA_SUCCESS,)
 
     def _download(self, dst: Any, src: Any, n: int, stream: Stream | None) -> tuple[Any, ...]:
-        ctx = self._current("copy")
+        ctx = self._current()
         n = int(n)
         alloc = self._range(ctx, src, n, "source")
         host, pinned = self._host(dst, n, "destination")
@@ -641,12 +641,12 @@ class FakeCudaDriver:
 
     @_entry()
     def cuMemcpyHtoDAsync(self, dstDevice: Any, srcHost: Any, ByteCount: int, hStream: Any):
-        stream = self._stream(self._current("cuMemcpyHtoDAsync"), hStream)
+        stream = self._stream(self._current(), hStream)
         return self._upload(dstDevice, srcHost, ByteCount, stream)
 
     @_entry()
     def cuMemcpyDtoHAsync(self, dstHost: Any, srcDevice: Any, ByteCount: int, hStream: Any):
-        stream = self._stream(self._current("cuMemcpyDtoHAsync"), hStream)
+        stream = self._stream(self._current(), hStream)
         return self._download(dstHost, srcDevice, ByteCount, stream)
 
     @_entry()
@@ -659,7 +659,7 @@ class FakeCudaDriver:
 
     @_entry()
     def cuMemsetD8Async(self, dstDevice: Any, uc: int, N: int, hStream: Any) -> tuple[Any, ...]:
-        ctx = self._current("cuMemsetD8Async")
+        ctx = self._current()
         stream = self._stream(ctx, hStream)
         alloc = self._range(ctx, dstDevice, int(N), "destination")
         offset, n, value = int(dstDevice) - alloc.ptr, int(N), int(uc) & 0xFF
@@ -673,7 +673,7 @@ class FakeCudaDriver:
     # -- modules and launches ---------------------------------------------------------------
     @_entry(1)
     def cuModuleLoadData(self, image: Any) -> tuple[Any, ...]:
-        ctx = self._current("cuModuleLoadData")
+        ctx = self._current()
         blob = bytes(image)
         source = self._sources.get(blob)
         try:
@@ -698,14 +698,14 @@ class FakeCudaDriver:
 
     @_entry()
     def cuModuleUnload(self, hmod: Any) -> tuple[Any, ...]:
-        ctx = self._current("cuModuleUnload")
+        ctx = self._current()
         if ctx.modules.pop(int(hmod), None) is None:
             self._violate(f"module {hmod!r} is not loaded in the current context")
         return (R.CUDA_SUCCESS,)
 
     @_entry(1)
     def cuModuleGetFunction(self, hmod: Any, name: Any) -> tuple[Any, ...]:
-        ctx = self._current("cuModuleGetFunction")
+        ctx = self._current()
         kernels = ctx.modules.get(int(hmod))
         if kernels is None:
             self._violate(f"module {hmod!r} is not loaded in the current context")
@@ -727,7 +727,7 @@ class FakeCudaDriver:
 
     @_entry(1)
     def cuFuncGetAttribute(self, attrib: Any, hfunc: Any) -> tuple[Any, ...]:
-        kernel = self._kernel(self._current("cuFuncGetAttribute"), hfunc)
+        kernel = self._kernel(self._current(), hfunc)
         values = {
             _FA.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: self._limit(kernel),
             _FA.CU_FUNC_ATTRIBUTE_NUM_REGS: 32,
@@ -772,7 +772,7 @@ class FakeCudaDriver:
         kernelParams: Any,
         extra: Any,
     ) -> tuple[Any, ...]:
-        ctx = self._current("cuLaunchKernel")
+        ctx = self._current()
         kernel = self._kernel(ctx, f)
         stream = self._stream(ctx, hStream)
         grid = (int(gridDimX), int(gridDimY), int(gridDimZ))
