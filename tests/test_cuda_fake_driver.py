@@ -121,19 +121,9 @@ def test_training_step_calls(fake, attention, capture):
     call valid, the same kernels each step, one stream, and a step that waits on the host
     only for the loss and the status word (as tests/test_gpu_training_step.py has it).
     Not the label-smoothing head: its host check reads a flag that a kernel computes."""
-    from riftco.nn import GPT, GPTConfig
-    from riftco.train.data import CharDataset, load_text
-    from riftco.train.loop import TrainConfig, Trainer
+    from train_helpers import tiny_device_trainer
 
-    dev = riftco.device("cuda")
-    text, source = load_text(None)
-    data = CharDataset.from_text(text[:20_000], 8, source)
-    cfg = GPTConfig(
-        vocab=data.tokenizer.vocab_size, context=8, layers=1, heads=2, width=16,
-        attention=attention,
-    )  # fmt: skip
-    tcfg = TrainConfig(steps=4, batch_size=2, grad_clip=1.0)
-    trainer = Trainer(GPT(cfg, device=dev, seed=0), data, tcfg, capture=capture)
+    trainer = tiny_device_trainer(riftco.device("cuda"), attention, capture)
     per_step = []
     for _ in range(3):
         start = len(fake.calls)
