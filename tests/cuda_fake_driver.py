@@ -22,8 +22,10 @@ and is kept in ``violations``, for breaches inside ``__del__`` that nothing re-r
   its asynchronous copy ran; a stream-ordered free comes after, on the same stream, every
   enqueued operation that uses the buffer; nothing is freed twice or used after its free.
 
-Launches compute nothing: device memory holds what copies and memsets put there, so values
-downloaded after a kernel are not results (zeros, or stale bytes of a reused buffer).
+Launches compute nothing unless ``executor`` is set (``cuda_fake_compute.OpenCLExecutor``
+runs each kernel on PoCL): device memory holds what copies and memsets put there, so values
+downloaded after a kernel are otherwise not results (zeros, or stale bytes of a reused
+buffer).
 
 Failure injection (for the fallback and error-naming paths):
 
@@ -75,6 +77,10 @@ STICKY = frozenset(
 POISON = 0xBAD0_0000_0000_0000
 _DA = _real.CUdevice_attribute
 _FA = _real.CUfunction_attribute
+
+
+#: ``executor(source, kernel name, threads, group, ((allocation, pointer), ...))``
+Executor = Callable[[str, str, int, int, tuple[tuple[Allocation, int], ...]], None]
 
 
 class DriverContractError(AssertionError):
@@ -139,6 +145,7 @@ class _Kernel:
     module: int
     name: str
     params: int
+    source: str | None  # the program's source, where the fake was told it
 
 
 @dataclass
@@ -198,7 +205,11 @@ class FakeCudaDriver:
         self._contexts: dict[int, _Context] = {}  # primary contexts by device ordinal
         self._kernels: dict[int, _Kernel] = {}  # function handle -> kernel
         self._events: dict[int, tuple[Stream, int] | None] = {}
-        self._sources: dict[bytes, str] = {}
+        self._sources: dict[bytes, str] = {}  # CUBIN -> program source
+        self._module_sources: dict[int, str | None] = {}
+        #: Runs a launch's kernel when its stream gets there (``cuda_fake_compute``); None:
+        #: launches compute nothing.
+        self.executor: Executor | None = None
         self._handles = 0x1000
 
     # -- the test-facing API ---------------------------------------------------------------
@@ -694,6 +705,7 @@ class FakeCudaDriver:
             )
         handle = self._handle()
         ctx.modules[handle] = kernels
+        self._module_sources[handle] = source
         return R.CUDA_SUCCESS, _real.CUmodule(handle)
 
     @_entry()
@@ -713,7 +725,8 @@ class FakeCudaDriver:
         if text not in kernels:
             return R.CUDA_ERROR_NOT_FOUND, None
         handle = self._handle()
-        self._kernels[handle] = _Kernel(int(hmod), text, kernels[text])
+        source = self._module_sources.get(int(hmod))
+        self._kernels[handle] = _Kernel(int(hmod), text, kernels[text], source)
         return R.CUDA_SUCCESS, _real.CUfunction(handle)
 
     def _kernel(self, ctx: _Context, hfunc: Any) -> _Kernel:
@@ -810,7 +823,13 @@ class FakeCudaDriver:
         self.launches.append(
             Launch(self._call.index, kernel.name, grid, block, stream.handle, tuple(pointers))
         )
-        stream.enqueue(Operation(self._call.index, kernel.name, lambda: None, tuple(uses), fault))
+        run: Callable[[], None] = lambda: None  # noqa: E731
+        if self.executor is not None and kernel.source is not None:
+            run = functools.partial(
+                self.executor, kernel.source, kernel.name, grid[0] * block[0], block[0],
+                tuple(zip(uses, pointers)),
+            )  # fmt: skip
+        stream.enqueue(Operation(self._call.index, kernel.name, run, tuple(uses), fault))
         return (R.CUDA_SUCCESS,)
 
     # -- errors -----------------------------------------------------------------------------

@@ -3,9 +3,10 @@
 No GPU here: the fake stands in for ``cuda.bindings.driver`` while NVRTC compiles the real
 kernels, and checks every call against the driver's contracts (argument counts from the
 kernels' own signatures, live pointers, copy ranges, block sizes, contexts, streams,
-stream-ordered frees). Launches compute nothing, so these tests check the calls, never the
-values a kernel would have written; copies are real, so uploads and downloads are checked
-bit for bit. Each contract check is also shown to fail on a planted fault.
+stream-ordered frees). Launches compute nothing by default, so most tests check the calls,
+never the values a kernel would have written; copies are real, so uploads and downloads
+are checked bit for bit. Each contract check is also shown to fail on a planted fault.
+The last tests run each launched kernel on PoCL instead and check the values as well.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ if compiler.nvrtc_status():
 import riftco  # noqa: E402
 import riftco.ops as ops  # noqa: E402
 from cuda.bindings import driver as real_driver  # noqa: E402
+from cuda_fake_compute import pocl_reason  # noqa: E402
 from cuda_fake_driver import POISON, DriverContractError, FakeCudaDriver, install  # noqa: E402
 from cuda_kernel_signatures import cubin_kernels, source_kernels  # noqa: E402
 from riftco.backends.cuda import driver, runtime  # noqa: E402
@@ -467,3 +469,68 @@ def test_threads_sharing_a_gpu(fake):
     assert errors == []
     assert {c.thread for c in fake.calls if c.name == "cuCtxSetCurrent"} >= {"t0", "t1", "t2", "t3"}
     assert len(fake.launches) == 4 * 50 * 2
+
+
+# -- with each kernel run on PoCL, the values too -------------------------------------------
+_NO_POCL = pocl_reason()
+needs_pocl = pytest.mark.skipif(bool(_NO_POCL), reason=f"no OpenCL device to run on: {_NO_POCL}")
+#: Opt in to the whole conformance suite with values (both dtypes, capture included): 478
+#: cases, ~100,000 launches, 270 s on one core (2026-12-04).
+FULL_ENV = "RIFTCO_CUDA_FAKE_FULL"
+#: What every make test checks with values (float32, no capture): an op of each kernel family.
+_VALUE_OPS = [
+    "adam_update", "attention", "cast", "copy_strided", "cross_entropy", "add", "where",
+    "embedding", "flash_attention", "gelu", "layer_norm", "matmul", "linear", "sum", "max",
+    "argmax", "softmax",
+]  # fmt: skip
+
+
+@pytest.fixture
+def computing(fake):
+    from cuda_fake_compute import OpenCLExecutor
+
+    fake.executor = OpenCLExecutor()
+    return fake
+
+
+@needs_pocl
+@pytest.mark.parametrize("capture", [False, True], ids=["eager", "replayed"])
+@pytest.mark.parametrize("attention", ["materialized", "flash"])
+def test_training_matches_the_cpu_with_kernels_on_pocl(computing, attention, capture):
+    """Three steps through the CUDA runtime and the fake (kernels on PoCL) against the
+    same three on the CPU backend, which shares no kernel or host code with them."""
+    from train_helpers import tiny_device_trainer
+
+    cuda = tiny_device_trainer(riftco.device("cuda"), attention, capture)
+    cpu = tiny_device_trainer(riftco.device("cpu"), attention)
+    got = [cuda.train_step() for _ in range(3)]
+    want = [cpu.train_step() for _ in range(3)]
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    for p, q in zip(cuda.params, cpu.params, strict=True):
+        np.testing.assert_allclose(p.numpy(), q.numpy(), rtol=1e-4, atol=1e-5)
+    assert computing.executor.launches > 3 * 50
+
+
+@needs_pocl
+def test_conformance_values_with_kernels_on_pocl(computing):
+    """The model's op families pass conformance (edges, float32) through the CUDA runtime
+    and the fake; RIFTCO_CUDA_FAKE_FULL=1 runs every case of both dtypes instead."""
+    import os
+
+    from conformance.runner import RunSettings
+    from conformance.suite import _run_safely, plan, resolve
+
+    (target,) = resolve("cuda")
+    full = os.environ.get(FULL_ENV) == "1"
+    if not full:
+        target.ops, target.only = _VALUE_OPS, (F32,)
+    planned = [c for c in plan(target, RunSettings(max_examples=0)) if full or "/" not in c.case_id]
+    results = [r for case in planned for r in _run_safely(case)]
+    bad = [
+        (r.case_id, r.status, r.reason[:200]) for r in results if r.status not in ("pass", "skip")
+    ]
+    assert bad == []
+    assert len(results) >= (450 if full else 20), len(results)
+    launched = {launch.kernel for launch in computing.launches}
+    unused = [f for f in families() if not launched & set(source_kernels(program_source(f, F32)))]
+    assert unused == ["flash_attention_cpu"], unused
