@@ -475,7 +475,7 @@ def test_threads_sharing_a_gpu(fake):
 _NO_POCL = pocl_reason()
 needs_pocl = pytest.mark.skipif(bool(_NO_POCL), reason=f"no OpenCL device to run on: {_NO_POCL}")
 #: Opt in to the whole conformance suite with values (both dtypes, capture included): 478
-#: cases, ~100,000 launches, 270 s on one core (2026-12-04).
+#: cases, ~100,000 launches, 95 s on one core (2026-12-04).
 FULL_ENV = "RIFTCO_CUDA_FAKE_FULL"
 #: What every make test checks with values (float32, no capture): an op of each kernel family.
 _VALUE_OPS = [
