@@ -23,8 +23,13 @@ from typing import Any
 
 import numpy as np
 
+#: No allocation lives at device address 16: a kernel writing there faults.
+BOGUS_POINTER = 0x10
 
-def main(argv: list[str] | None = None) -> int:
+
+def main(argv: list[str] | None = None, pointer: int = BOGUS_POINTER) -> int:
+    """``pointer``: where the planted launch points (tests on the fake driver pass a live
+    allocation and inject the fault there instead)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="cuda:0")
     args = ap.parse_args(argv)
@@ -39,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     riftco.ops.neg(x).numpy()  # loads the elementwise module: unary_neg(out, x, P)
     kernel = _loaded_kernel(rt, "unary_neg")
     problems: list[str] = []
-    bogus = types.SimpleNamespace(ptr=0x10)  # no allocation lives at address 16
+    bogus = types.SimpleNamespace(ptr=pointer)
     params = rt.constant(np.array([1 << 20], dtype=np.int32).tobytes())
     try:
         rt.launch(kernel, 1 << 20, [bogus, bogus, params])

@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import pytest
 import riftco
-from riftco.nn import GPT, GPTConfig
-from riftco.train.data import CharDataset, load_text
-from riftco.train.loop import TrainConfig, Trainer
+from train_helpers import tiny_device_trainer
 
 
 def _opencl():
@@ -36,14 +34,7 @@ def test_training_step_downloads_only_the_loss(attention, smoothing, syncs, capt
     """A replayed step (riftco.capture) enqueues the same launches and waits as often: its
     host functions (the target check) still read their flags."""
     dev = _opencl()
-    text, source = load_text(None)
-    data = CharDataset.from_text(text[:20_000], 8, source)
-    cfg = GPTConfig(
-        vocab=data.tokenizer.vocab_size, context=8, layers=1, heads=2, width=16,
-        attention=attention,
-    )  # fmt: skip
-    tcfg = TrainConfig(steps=4, batch_size=2, grad_clip=1.0, label_smoothing=smoothing)
-    trainer = Trainer(GPT(cfg, device=dev, seed=0), data, tcfg, capture=capture)
+    trainer = tiny_device_trainer(dev, attention, capture, label_smoothing=smoothing)
     for _ in range(3):  # compiles kernels, creates optimizer state; capture records twice
         trainer.train_step()
     backend = dev.backend

@@ -30,3 +30,20 @@ def tiny_trainer(corpus: Any, out: Any, head: Any, model: dict[str, Any], **trai
     for k, v in train.items():
         setattr(tcfg, k, v)
     return Trainer(GPT(mcfg, device="cpu", seed=0), corpus, tcfg, out, corpus.path, head)
+
+
+def tiny_device_trainer(
+    device: Any, attention: str, capture: bool = False, **train: Any
+) -> Trainer:
+    """The step tests' trainer on ``device``: a one-layer GPT (context 8, width 16, two heads,
+    ``attention``) from seed 0 on the bundled text's first 20,000 characters, batches of 2,
+    gradient clipping at 1 (``train`` sets other TrainConfig fields), replayed by
+    riftco.capture when ``capture``."""
+    text, source = load_text(None)
+    data = CharDataset.from_text(text[:20_000], 8, source)
+    cfg = GPTConfig(
+        vocab=data.tokenizer.vocab_size, context=8, layers=1, heads=2, width=16,
+        attention=attention,
+    )  # fmt: skip
+    tcfg = TrainConfig(steps=4, batch_size=2, grad_clip=1.0, **train)
+    return Trainer(GPT(cfg, device=device, seed=0), data, tcfg, capture=capture)

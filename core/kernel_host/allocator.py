@@ -19,6 +19,8 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+from ..errors import DeviceLostError
+
 MIN_BLOCK = 256
 
 
@@ -84,6 +86,8 @@ class CachingAllocator:
         more (they may be what fills the device), then let the runtime's error through."""
         try:
             return self._allocate(cap)
+        except DeviceLostError:  # emptying the pool cannot help a lost device
+            raise
         except Exception:
             if not self.pooled_bytes:
                 raise

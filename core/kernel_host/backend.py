@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..backend import BackendBase
-from ..errors import DTypeError, OutOfMemoryError, ShapeError
+from ..errors import DeviceLostError, DTypeError, OutOfMemoryError, ShapeError
 from ..ieee import quiet
 from ..tensor import Tensor
 from .allocator import CachingAllocator
@@ -193,6 +193,8 @@ class KernelBackend(FusedKernels, PrimitiveKernels, BackendBase):
             )
         try:
             buf = self.allocator.allocate(nbytes)
+        except DeviceLostError:  # not a full device: the context is gone (a sticky fault)
+            raise
         except Exception as exc:  # the runtime's own words: pyopencl, metalcompute, ...
             raise OutOfMemoryError(
                 f"[allocate] {self.name}:{self.device_index} could not allocate {nbytes:,} "
