@@ -116,11 +116,27 @@ def _print_build_logs(folder: str) -> None:
             print(f"        {mark} {text}{why}")
 
 
+def _ops(rest: list[str]) -> int:
+    """``riftco ops [--markdown]``: the op table; ``--where NAME [--json]``: one op's files."""
+    if "--where" in rest:
+        from .op_locations import main as where_main
+
+        i = rest.index("--where")
+        if i + 1 >= len(rest) or rest[i + 1].startswith("-"):
+            print("riftco ops: --where needs an op name (riftco ops lists them)", file=sys.stderr)
+            return 2
+        return where_main(rest[i + 1], "--json" in rest)
+    from .ops.table import markdown, text
+
+    print(markdown() if "--markdown" in rest else text())
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     commands = {
         "backends": ("list backends, devices and capabilities", _backends),
-        "ops": ("list every protocol op and the module that defines it", None),
+        "ops": ("list every op; --where NAME: every file of one op", None),
         "conformance": ("check a backend against the CPU reference", None),
         "train": ("train the tiny transformer", None),
         "sample": ("sample text from a checkpoint", None),
@@ -137,10 +153,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if cmd == "backends":
         return _backends(rest)
     if cmd == "ops":
-        from .ops.table import markdown, text
-
-        print(markdown() if "--markdown" in rest else text())
-        return 0
+        return _ops(rest)
     if cmd == "conformance":
         from riftco.conformance.cli import main as conformance_main
 
