@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .reductions import pairwise_sum
+from .views import view
 
 if TYPE_CHECKING:
     from riftco.tensor import Tensor
@@ -24,10 +25,7 @@ _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 _erf = np.frompyfunc(math.erf, 1, 1)
 
 
-def _v(x: Tensor) -> np.ndarray:
-    from .backend import view
-
-    return view(x)
+_v = view
 
 
 def erf(x: np.ndarray) -> np.ndarray:

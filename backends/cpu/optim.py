@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 from riftco.ops.fused.adam_multi import CLIP_EPS
 
+from .views import view
+
 if TYPE_CHECKING:
     from riftco.tensor import Tensor
 
@@ -47,8 +49,6 @@ class OptimOps:
         grad_norm: Tensor | None,
         max_norm: float,
     ) -> None:
-        from .backend import view
-
         s = None if grad_norm is None else clip_scale(np.asarray(view(grad_norm)), max_norm)
         bc1, bc2 = 1.0 - beta1**step, 1.0 - beta2**step
         new = []

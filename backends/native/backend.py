@@ -22,7 +22,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 from riftco.backend import DeviceInfo
-from riftco.backends.cpu.backend import CPUBackend, view
+from riftco.backends.cpu.backend import CPUBackend
+from riftco.backends.cpu.views import view
 from riftco.ops.fused.adam_multi import CLIP_EPS
 from riftco.tensor import Storage, Tensor, dense_strides
 

@@ -25,8 +25,8 @@ from ...tensor import Tensor
 from .. import checks
 from ..dispatch import Out, dispatch
 from ..opunit import OpUnit, Tolerance, Tolerances, register, rms, samples_module
-from .gelu import _approx, gelu, gelu_backward
-from .linear import _check, linear, linear_backward
+from .gelu import APPROXIMATIONS, gelu, gelu_backward
+from .linear import linear, linear_backward
 
 if TYPE_CHECKING:
     from ..samples import Example
@@ -57,9 +57,9 @@ def linear_gelu(
 ) -> tuple[Tensor, Tensor]:
     op = "linear_gelu"
     backend = checks.float_operands(op, x, weight, bias)
-    m, _, n = _check(op, x, weight)
+    m, _, n = checks.matmul_2d(op, x, weight)
     checks.shape_is(op, bias, (n,), "bias")
-    approximate = _approx(op, approximate)
+    approximate = checks.one_of(op, approximate, APPROXIMATIONS, "approximate")
     out = Out((m, n), x.dtype)
     return dispatch(LINEAR_GELU, backend, (x, weight, bias, approximate), (out, out))
 
@@ -69,10 +69,10 @@ def linear_gelu_backward(
 ) -> tuple[Tensor, Tensor, Tensor]:
     op = "linear_gelu_backward"
     backend = checks.float_operands(op, dy, x, weight, h)
-    m, k, n = _check(op, x, weight)
+    m, k, n = checks.matmul_2d(op, x, weight)
     checks.shape_is(op, dy, (m, n), "dy")
     checks.shape_is(op, h, (m, n), "h")
-    approximate = _approx(op, approximate)
+    approximate = checks.one_of(op, approximate, APPROXIMATIONS, "approximate")
     expect = (Out((m, k), x.dtype), Out((k, n), x.dtype), Out((n,), x.dtype))
     return dispatch(LINEAR_GELU_BACKWARD, backend, (dy, x, weight, h, approximate), expect)
 
