@@ -1,12 +1,12 @@
 """riftco's modules import each other in layers, never in a circle.
 
-Every import statement in core/ and backends/ is read with ``ast`` (module level and inside functions)
-and resolved to the module it names. The imports that run must form no cycle. Type-only
-imports (``if TYPE_CHECKING:`` blocks, which never run) must form none either, except
-those into the modules ``TYPE_ONLY_UPWARD`` names, each with its reason: with them the
-graph has one cycle through the ``Backend`` protocol (docs/ARCHITECTURE.md). No module
-may import the package root ``riftco`` (which imports everything), and shadow validation
-must not import the conformance package.
+Every import statement in core/ and backends/ is read with ``ast`` (module level and
+inside functions) and resolved to the module it names. The imports that run must form no
+cycle. Type-only imports (``if TYPE_CHECKING:`` blocks, which never run) must form none
+either, except those into the modules ``TYPE_ONLY_UPWARD`` names, each with its reason:
+with them the graph has one cycle through the ``Backend`` protocol (docs/ARCHITECTURE.md).
+No module may import the package root ``riftco`` (which imports everything), and shadow
+validation must not import the conformance package.
 """
 
 from __future__ import annotations
