@@ -378,6 +378,12 @@ def _vjp_of(u: OpUnit) -> Loc | None:
     return None
 
 
+def autograd_of(u: OpUnit) -> tuple[list[Loc], Loc | None]:
+    """The ``riftco.autograd`` functions that record ``u``, and the VJP that runs it."""
+    found = _unit_var(u)
+    return _autograd(u, found[0] if found else None), _vjp_of(u)
+
+
 def _tolerance(u: OpUnit) -> dict[str, Any]:
     t = u.tolerance
     if t.exact:

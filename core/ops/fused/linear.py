@@ -100,12 +100,14 @@ LINEAR = OpUnit(
     composite=linear_composite, vjp=_linear_vjp, differentiable=(0, 1, 2), tolerance=_TOL,
     cost=_cost,
     testing=_SAMPLES,
+    since=(1, 1),
 )  # fmt: skip
 LINEAR_BACKWARD = OpUnit(
     "linear_backward", "fused", "linear", LinearMethods.linear_backward,
     function=linear_backward, outputs=("dx", "dweight", "dbias"),
     composite=linear_backward_composite, tolerance=_TOL, cost=_cost_backward,
     testing=_SAMPLES,
+    since=(1, 1),
 )  # fmt: skip
 
 register(LINEAR, LINEAR_BACKWARD)

@@ -127,12 +127,14 @@ LINEAR_GELU = OpUnit(
     outputs=("y", "h"), composite=linear_gelu_composite, vjp=_vjp, differentiable=(0, 1, 2),
     tolerance=_TOL, cost=_cost,
     testing=_SAMPLES,
+    since=(1, 3),
 )  # fmt: skip
 LINEAR_GELU_BACKWARD = OpUnit(
     "linear_gelu_backward", "fused", "linear_gelu", LinearGeluMethods.linear_gelu_backward,
     function=linear_gelu_backward, outputs=("dx", "dweight", "dbias"),
     composite=linear_gelu_backward_composite, tolerance=_TOL, cost=_cost_backward,
     testing=_SAMPLES,
+    since=(1, 3),
 )  # fmt: skip
 
 register(LINEAR_GELU, LINEAR_GELU_BACKWARD)
