@@ -214,6 +214,21 @@ class FusedOps:
             dsum = np.add(_v(ds), dx.astype(dt, copy=False))  # dx rounded first, as unfused
         return self.result(dsum, dt), self.result(dgamma, dt), self.result(dbeta, dt)
 
+    def rms_norm(self, x: Tensor, gamma: Tensor, eps: float) -> tuple[Tensor, Tensor]:
+        xv = _v(x)
+        rstd = 1.0 / np.sqrt(np.mean(xv * xv, axis=-1) + eps)
+        return self.result(xv * rstd[..., None] * _v(gamma), x.dtype), self.result(rstd, x.dtype)
+
+    def rms_norm_backward(
+        self, dy: Tensor, x: Tensor, gamma: Tensor, rstd: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        dyv, r = _v(dy), _v(rstd)[..., None]
+        xhat = _v(x) * r
+        g = dyv * _v(gamma)
+        dx = r * (g - xhat * np.mean(g * xhat, axis=-1, keepdims=True))
+        dgamma = pairwise_sum(dyv * xhat, _leading_axes(xhat))
+        return self.result(dx, x.dtype), self.result(dgamma, x.dtype)
+
     def embedding(self, table: Tensor, ids: Tensor) -> Tensor:
         return self.result(_v(table)[_v(ids)], table.dtype)
 

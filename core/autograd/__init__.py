@@ -24,6 +24,7 @@ from .fused import (
     layer_norm,
     linear,
     linear_gelu,
+    rms_norm,
     softmax,
 )
 from .gradcheck import gradcheck
@@ -90,6 +91,6 @@ __all__ = [
     "sum", "mean", "max", "reshape", "transpose", "permute", "broadcast_to", "sum_to_shape",
     "getitem", "concatenate_last_axis", "split_last_axis",
     "gelu", "softmax", "layer_norm", "linear", "linear_gelu", "embedding", "cross_entropy",
-    "attention", "attention_qkv", "add_layer_norm",
+    "attention", "attention_qkv", "add_layer_norm", "rms_norm",
     "custom_gradient", "recompute", "gradcheck", "set_domain_checks", "check_domain",
 ]  # fmt: skip

@@ -37,6 +37,7 @@ from .fused.gelu import gelu, gelu_backward
 from .fused.layer_norm import layer_norm, layer_norm_backward
 from .fused.linear import linear, linear_backward
 from .fused.linear_gelu import linear_gelu, linear_gelu_backward
+from .fused.rms_norm import rms_norm, rms_norm_backward
 from .fused.softmax import softmax, softmax_backward
 from .opunit import OpUnit, register, unit, units
 from .primitive.binary import (
@@ -115,5 +116,6 @@ __all__ = [
     "cross_entropy", "cross_entropy_backward", "attention", "attention_backward",
     "flash_attention", "flash_attention_backward", "adam_update", "linear", "linear_backward",
     "attention_qkv", "attention_qkv_backward", "adam_update_multi", "add_layer_norm",
-    "add_layer_norm_backward", "linear_gelu", "linear_gelu_backward",
+    "add_layer_norm_backward", "linear_gelu", "linear_gelu_backward", "rms_norm",
+    "rms_norm_backward",
 ]  # fmt: skip
