@@ -357,34 +357,6 @@ class FusedOps:
             grads = attention_backward_math(do, q, k, v, _v(stat), scale)
         return self.result(merge_heads(*grads), qkv.dtype)
 
-    def adam_update(
-        self,
-        param: Tensor,
-        grad: Tensor,
-        m: Tensor,
-        v: Tensor,
-        lr: float,
-        beta1: float,
-        beta2: float,
-        eps: float,
-        weight_decay: float,
-        step: int,
-    ) -> None:
-        """AdamW (Loshchilov & Hutter), in place on the parameter and moment buffers.
-
-        Everything is computed before the first write, so an error part way (a warning
-        turned into one, a failed allocation) leaves all three buffers as they were."""
-        p = param.storage.buffer[param.offset : param.offset + param.size]
-        mb = m.storage.buffer[m.offset : m.offset + m.size]
-        vb = v.storage.buffer[v.offset : v.offset + v.size]
-        g = _v(grad).reshape(-1)
-        new_m = beta1 * mb + (1.0 - beta1) * g
-        new_v = beta2 * vb + (1.0 - beta2) * g * g
-        mhat = new_m / (1.0 - beta1**step)
-        vhat = new_v / (1.0 - beta2**step)
-        new_p = p - lr * (mhat / (np.sqrt(vhat) + eps) + weight_decay * p)
-        mb[:], vb[:], p[:] = new_m, new_v, new_p
-
 
 def _layer_norm_math(
     xv: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float

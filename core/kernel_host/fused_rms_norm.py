@@ -1,17 +1,16 @@
-"""RMSNorm's launch plan (op unit ``riftco.ops.fused.rms_norm``; ``shaders/rms_norm.cl``)."""
+"""RMSNorm's launch plan (op unit ``riftco.ops.fused.rms_norm``; ``shaders/rms_norm.cl``, and
+LayerNorm's dgamma stages in ``shaders/layernorm.cl``)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .fused_plan import flat_threads, prod, row_plan
+from .fused_layer_norm import launch_param_sums
+from .fused_plan import prod, row_plan
 from .host import KernelMixin
 
 if TYPE_CHECKING:
     from ..tensor import Tensor
-
-#: Rows per chunk in the first stage of dgamma's reduction (LayerNorm's too).
-_CHUNK_ROWS = 64
 
 
 class RMSNormKernels(KernelMixin):
@@ -46,14 +45,10 @@ class RMSNormKernels(KernelMixin):
             "rms_norm", "rms_norm_backward_dx", dt, threads,
             dx, dy, x, gamma, rstd, ints=(rows, c, width),
         )  # fmt: skip
-        chunks = -(-rows // _CHUNK_ROWS)
-        partial = self.empty((chunks, c), dt)
-        ints = (rows, c, _CHUNK_ROWS, chunks)
-        self.launch(
-            "rms_norm", "rms_norm_backward_partial", dt, flat_threads(chunks * c),
-            partial, dy, x, rstd, ints=ints,
-        )  # fmt: skip
-        self.launch(
-            "rms_norm", "rms_norm_backward_params", dt, flat_threads(c), dgamma, partial, ints=ints
-        )
+        # dgamma = column sums of dy * (x - 0) * rstd: LayerNorm's two stages with a zero
+        # mean (its dbeta, the sums of dy, goes to a scratch buffer)
+        zero_mean = self.empty(x.shape[:-1], dt)
+        self.fill(zero_mean, 0.0)
+        scratch = self.empty((c,), dt)
+        launch_param_sums(self, dgamma, scratch, dy, x, zero_mean, rstd)
         return dx, dgamma

@@ -22,21 +22,7 @@ def _inputs(p: smp.Params) -> tuple[np.ndarray, np.ndarray]:
     return x, gamma
 
 
-EDGES = smp.edges(
-    {"label": "65 rows (one past a 64-row chunk)", "shape": (65, 8)},
-    {"label": "257 rows", "shape": (257, 5)},
-    {"label": "1025 rows", "shape": (1025, 3)},
-    {"label": "65 columns", "shape": (3, 65)},
-    {"label": "257 columns", "shape": (2, 257)},
-    {"label": "1025 columns", "shape": (2, 1025)},
-    {"label": "long row (4097)", "shape": (2, 4097)},
-    {"label": "size-1 axes", "shape": (1, 1, 1)},
-    {"label": "odd sizes", "shape": (3, 5, 67)},
-    {"label": "transposed", "shape": (9, 33), "layout": "transposed"},
-    {"label": "broadcast", "shape": (4, 17), "layout": "broadcast"},
-    {"label": "sliced", "shape": (3, 65), "layout": "sliced"},
-    {"label": "offset x[1:]", "shape": (4, 9), "layout": "offset"},
-    {"label": "rows x[:, :k]", "shape": (5, 12), "layout": "rows"},
+EDGES = smp.row_edges(
     {"label": "eps 0.5 dominates small rows", "shape": (6, 16), "scale": 0.05, "eps": 0.5},
     {"label": "magnitudes 1e3", "shape": (4, 100), "scale": 1e3, "eps": 1e-3},
     {"label": "a zero row (rstd = 1/sqrt(eps))", "shape": (3, 7), "zero_row": True},
