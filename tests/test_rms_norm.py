@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import riftco
+from helpers import cpu_native_opencl
 from riftco import autograd as ag
 from riftco import nn, ops
 from riftco.autograd import Variable, gradcheck
@@ -62,11 +63,8 @@ def test_errors_name_the_op_before_any_kernel() -> None:
         ops.rms_norm_backward(x, x, riftco.zeros((4,)), riftco.zeros((4,)))
 
 
-@pytest.mark.parametrize("backend", ["cpu", "native", "opencl"])
+@pytest.mark.parametrize("backend", cpu_native_opencl())
 def test_nn_rmsnorm_trains_its_weight_on_each_backend(backend: str) -> None:
-    entry = riftco.get_registry().entry(backend)
-    if not entry.available:
-        pytest.skip(f"{backend} unavailable: {entry.reason}")
     rng = np.random.default_rng(5)
     x = rng.standard_normal((130, 24)).astype(np.float32)
     layer = nn.RMSNorm(24, eps=1e-5, device=backend)
