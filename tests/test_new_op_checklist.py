@@ -6,8 +6,8 @@ list, not one assertion per run. The pieces are what the rest of the suite and t
 rely on: samples (with edges, a draw, a bench example and error samples), a composite and
 a cost model, the cpu reference, a row in the docs table, a mutant of its family, its place
 in autograd, the protocol version that added it, and the few lists kept by hand because
-type checkers and readers must see them statically (``riftco.ops``' imports and
-``__all__``, the packages' ``MODULES``, the bases of ``Backend`` / ``FusedBackend``, the
+type checkers and readers must see them statically (``riftco.ops``' imports, the
+packages' ``MODULES``, the bases of ``Backend`` / ``FusedBackend``, the
 device status table).
 """
 
@@ -95,7 +95,7 @@ def missing_pieces(u: OpUnit, context: dict[str, Any]) -> list[str]:
         for fn in recorded:
             name = fn.name.removeprefix("riftco.autograd ")
             if name not in riftco.autograd.__all__:
-                out.append(f"export {name} in riftco.autograd.__all__ (core/autograd/__init__.py)")
+                out.append(f"import {name} in core/autograd/__init__.py (__all__ follows)")
         bases = context["fused_bases"]
     else:
         bases = context["required_bases"]
@@ -110,7 +110,7 @@ def missing_pieces(u: OpUnit, context: dict[str, Any]) -> list[str]:
     if u.function is not None:
         name = u.function.__name__
         if name not in ops.__all__ or vars(ops).get(name) is not u.function:
-            out.append(f"import and export {name} in core/ops/__init__.py (and its __all__)")
+            out.append(f"import {name} in core/ops/__init__.py (__all__ follows the imports)")
     package = fused if u.fused else primitive
     if _short_module(u) not in package.MODULES:
         out.append(
