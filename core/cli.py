@@ -128,7 +128,15 @@ def _ops(rest: list[str]) -> int:
         return where_main(rest[i + 1], "--json" in rest)
     from .ops.table import markdown, text
 
-    print(markdown() if "--markdown" in rest else text())
+    if "--markdown" in rest:  # the docs table: repository paths
+        print(markdown())
+        return 0
+    import inspect
+
+    from .code_index import rel, root, root_kind
+
+    print(f"root: {root()}  [{root_kind()}; paths below are relative to it]")
+    print(text(lambda u: rel(inspect.getsourcefile(u.method) or "")))
     return 0
 
 

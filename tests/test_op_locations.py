@@ -131,3 +131,12 @@ def test_cli_unknown_op_suggests_names(capsys: Any) -> None:
     err = capsys.readouterr().err
     assert "no op named 'layernorm'" in err and "layer_norm" in err
     assert main(["ops", "--where"]) == 2
+
+
+def test_ops_listing_prints_the_root_and_paths_that_exist(capsys: Any) -> None:
+    assert main(["ops"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith(f"root: {REPO}")
+    paths = [line.split()[-1] for line in lines[1:]]
+    assert len(paths) == len(units())
+    assert [p for p in paths if not (op_locations.root() / p).is_file()] == []

@@ -125,6 +125,13 @@ from riftco.ops.opunit import units
 missing = [f"{u.name}: {loc}" for u in units()
            for loc in op_locations.locations(op_locations.where(u.name))
            if not (op_locations.root() / loc.path).is_file()]
+import contextlib, io
+from riftco.cli import main
+out = io.StringIO()
+with contextlib.redirect_stdout(out):
+    main(["ops"])
+listed = [line.split()[-1] for line in out.getvalue().splitlines()[1:]]
+missing += [p for p in listed if not (op_locations.root() / p).is_file()]
 w = op_locations.where("layer_norm")
 print(json.dumps({"root": str(op_locations.root()), "kind": op_locations.root_kind(),
                   "unit": w.unit.path, "tests": len(w.tests), "missing": missing}))

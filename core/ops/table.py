@@ -10,6 +10,7 @@ from __future__ import annotations
 import inspect
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from .opunit import OpUnit, units
@@ -54,13 +55,11 @@ def markdown() -> str:
     return "\n".join(lines)
 
 
-def text() -> str:
-    """The plain-text listing ``riftco ops`` prints."""
+def text(path: Callable[[OpUnit], str] = module_path) -> str:
+    """The plain-text listing ``riftco ops`` prints, each op's file given by ``path``."""
     out = []
     for u in units():
-        out.append(
-            f"{signature(u):<70} {'optional' if u.fused else 'required':<9} {module_path(u)}"
-        )
+        out.append(f"{signature(u):<70} {'optional' if u.fused else 'required':<9} {path(u)}")
     return "\n".join(out)
 
 
