@@ -58,6 +58,7 @@ from .ops.fused.gelu import GeluMethods
 from .ops.fused.layer_norm import LayerNormMethods
 from .ops.fused.linear import LinearMethods
 from .ops.fused.linear_gelu import LinearGeluMethods
+from .ops.fused.rms_norm import RMSNormMethods
 from .ops.fused.softmax import SoftmaxMethods
 from .ops.opunit import units
 from .ops.primitive.binary import BinaryMethods
@@ -69,7 +70,7 @@ from .ops.primitive.select import COMPARE_OPS, SelectMethods  # noqa: F401  (re-
 from .ops.primitive.unary import UnaryMethods
 from .tensor import Tensor
 
-PROTOCOL_VERSION: tuple[int, int] = (1, 3)
+PROTOCOL_VERSION: tuple[int, int] = (1, 4)
 
 #: Every required method (a backend missing one is refused at load time), in unit order.
 PRIMITIVE_OPS: tuple[str, ...] = tuple(u.name for u in units() if u.kind != "fused")
@@ -158,6 +159,7 @@ class FusedBackend(
     AdamMultiMethods,
     AddLayerNormMethods,
     LinearGeluMethods,
+    RMSNormMethods,
     Protocol,
 ):
     """The optional fused methods, for type checkers (a backend may define any subset)."""

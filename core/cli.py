@@ -139,11 +139,35 @@ def _print_build_logs(folder: str) -> None:
             print(f"        {mark} {text}{why}")
 
 
+def _ops(rest: list[str]) -> int:
+    """``riftco ops [--markdown]``: the op table; ``--where NAME [--json]``: one op's files."""
+    if "--where" in rest:
+        from .op_locations import main as where_main
+
+        i = rest.index("--where")
+        if i + 1 >= len(rest) or rest[i + 1].startswith("-"):
+            print("riftco ops: --where needs an op name (riftco ops lists them)", file=sys.stderr)
+            return 2
+        return where_main(rest[i + 1], "--json" in rest)
+    from .ops.table import markdown, text
+
+    if "--markdown" in rest:  # the docs table: repository paths
+        print(markdown())
+        return 0
+    import inspect
+
+    from .code_index import rel, root, root_kind
+
+    print(f"root: {root()}  [{root_kind()}; paths below are relative to it]")
+    print(text(lambda u: rel(inspect.getsourcefile(u.method) or "")))
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     commands = {
         "backends": ("list backends, devices and capabilities", _backends),
-        "ops": ("list every protocol op and the module that defines it", None),
+        "ops": ("list every op; --where NAME: every file of one op", None),
         "conformance": ("check a backend against the CPU reference", None),
         "train": ("train the tiny transformer", None),
         "sample": ("sample text from a checkpoint", None),
@@ -161,10 +185,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if cmd == "backends":
         return _backends(rest)
     if cmd == "ops":
-        from .ops.table import markdown, text
-
-        print(markdown() if "--markdown" in rest else text())
-        return 0
+        return _ops(rest)
     if cmd == "conformance":
         from riftco.conformance.cli import main as conformance_main
 

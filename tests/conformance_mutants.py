@@ -241,6 +241,27 @@ class LayerNormBackwardDgammaOff(Base):
         return dx, self.result(view(dgamma) * 1.01), dbeta
 
 
+class RMSNormIgnoresEps(Base):
+    def rms_norm(self, x: Tensor, gamma: Tensor, eps: float) -> Any:
+        return super().rms_norm(x, gamma, 1e-30)  # eps "only guards a zero row"
+
+
+class RMSNormBackwardDropsLastChunk(Base):
+    """dgamma from whole 64-row chunks only: the rows past the last full chunk are lost."""
+
+    def rms_norm_backward(self, dy: Tensor, x: Tensor, gamma: Tensor, rstd: Tensor) -> Any:
+        dx, dgamma = super().rms_norm_backward(dy, x, gamma, rstd)
+        c = x.shape[-1]
+        rows = x.size // c if c else 0
+        kept = rows // 64 * 64
+        if kept == rows:
+            return dx, dgamma
+        dyv = np.ascontiguousarray(view(dy)).reshape(rows, c)[kept:]
+        xv = np.ascontiguousarray(view(x)).reshape(rows, c)[kept:]
+        rv = np.ascontiguousarray(view(rstd)).reshape(rows)[kept:, None]
+        return dx, self.result(view(dgamma) - (dyv * xv * rv).sum(axis=0), x.dtype)
+
+
 class EmbeddingIgnoresTableStrides(Base):
     def embedding(self, table: Tensor, ids: Tensor) -> Tensor:
         return self.result(_flat(table)[view(ids)], table.dtype)
@@ -583,4 +604,6 @@ MUTANTS: list[tuple[type[Base], str]] = [
     (MulTrustsBufferSize, "mul"),
     (AddLayerNormStatsOfX, "add_layer_norm"),
     (AddLayerNormBackwardDropsStream, "add_layer_norm_backward"),
+    (RMSNormIgnoresEps, "rms_norm"),
+    (RMSNormBackwardDropsLastChunk, "rms_norm_backward"),
 ]

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 import riftco
+from helpers import cpu_native_opencl
 from riftco import ops
 from riftco.autograd import Variable, add_layer_norm, exp, gradcheck, layer_norm
 from riftco.errors import DeviceMismatchError, DTypeError, ShapeError
@@ -21,14 +22,6 @@ from riftco.nn import GPT, GPTConfig
 from riftco.ops.fused import add_layer_norm as unit_module
 
 EPS = 1e-5
-
-
-def _backends() -> list[str]:
-    names = ["cpu", "native"]
-    entry = riftco.get_registry().entries.get("opencl")
-    if entry is not None and entry.available and entry.devices():
-        names.append("opencl")
-    return names
 
 
 def _reference(x: np.ndarray, r: np.ndarray, gamma: np.ndarray, beta: np.ndarray) -> Any:
@@ -56,7 +49,7 @@ def _data(shape: tuple[int, ...], seed: int = 0) -> list[np.ndarray]:
     return [x + 3.0, r, 1 + 0.1 * rng.standard_normal(c), 0.1 * rng.standard_normal(c), dy, ds]
 
 
-@pytest.mark.parametrize("backend", _backends())
+@pytest.mark.parametrize("backend", cpu_native_opencl())
 @pytest.mark.parametrize("shape", [(64, 128), (3, 5, 67), (2, 1), (1, 4097), (0, 8)])
 def test_forward_and_backward_match_float64_math(backend: str, shape: tuple[int, ...]) -> None:
     dtype = np.float32 if backend == "opencl" else np.float64

@@ -105,7 +105,9 @@ def test_call_before_validation_is_caught(
 def test_cpu_passes_quick_full_run(tmp_path: Path) -> None:
     rc, report = _run(tmp_path, ["cpu", "--max-examples", "1", "--quiet"])
     assert rc == 0, [c for c in _cases(report).values() if c["status"] != "pass"]
-    assert report["backend"] == "cpu" and report["protocol_version"] == [1, 3]
+    assert report["backend"] == "cpu" and report["protocol_version"] == list(
+        riftco.PROTOCOL_VERSION
+    )
     assert report["riftco_version"] == riftco.__version__
     cases = _cases(report)
     assert cases["model/tiny_transformer"]["status"] == "pass"

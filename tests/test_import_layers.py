@@ -1,12 +1,12 @@
 """riftco's modules import each other in layers, never in a circle.
 
-Every import statement in core/ is read with ``ast`` (module level and inside functions)
-and resolved to the module it names. The imports that run must form no cycle. Type-only
-imports (``if TYPE_CHECKING:`` blocks, which never run) must form none either, except
-those into the modules ``TYPE_ONLY_UPWARD`` names, each with its reason: with them the
-graph has one cycle through the ``Backend`` protocol (docs/ARCHITECTURE.md). No module
-may import the package root ``riftco`` (which imports everything), and shadow validation
-must not import the conformance package.
+Every import statement in core/ and backends/ is read with ``ast`` (module level and
+inside functions) and resolved to the module it names. The imports that run must form no
+cycle. Type-only imports (``if TYPE_CHECKING:`` blocks, which never run) must form none
+either, except those into the modules ``TYPE_ONLY_UPWARD`` names, each with its reason:
+with them the graph has one cycle through the ``Backend`` protocol (docs/ARCHITECTURE.md).
+No module may import the package root ``riftco`` (which imports everything), and shadow
+validation must not import the conformance package.
 """
 
 from __future__ import annotations
@@ -14,18 +14,21 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-CORE = Path(__file__).resolve().parents[1] / "core"
+REPO = Path(__file__).resolve().parents[1]
+CORE = REPO / "core"
+#: The folders read, and the package each one is (pyproject.toml's package-dir).
+ROOTS = {CORE: ("riftco",), REPO / "backends": ("riftco", "backends")}
 
 
-def _module_name(path: Path) -> str:
-    parts = path.relative_to(CORE).with_suffix("").parts
+def _module_name(path: Path, root: Path) -> str:
+    parts = path.relative_to(root).with_suffix("").parts
     if parts[-1] == "__init__":
         parts = parts[:-1]
-    return ".".join(("riftco", *parts))
+    return ".".join((*ROOTS[root], *parts))
 
 
 def _modules() -> dict[str, Path]:
-    return {_module_name(p): p for p in CORE.rglob("*.py")}
+    return {_module_name(p, root): p for root in ROOTS for p in root.rglob("*.py")}
 
 
 def _is_type_checking(node: ast.If) -> bool:
@@ -123,7 +126,20 @@ def test_no_module_imports_the_package_root() -> None:
     assert offenders == [], f"import from the defining module instead: {offenders}"
 
 
-def test_core_imports_form_no_cycle() -> None:
+def test_core_never_imports_a_backend() -> None:
+    """Core reaches backends through the plugin registry (entry points), never by import."""
+    graph = _graph(type_only=True)
+    offenders = {
+        n: sorted(d for d in deps if d.startswith("riftco.backends"))
+        for n, deps in graph.items()
+        if not n.startswith("riftco.backends")
+    }
+    assert {n: d for n, d in offenders.items() if d} == {}
+
+
+def test_core_and_backend_imports_form_no_cycle() -> None:
+    """backends/ too: the cpu backend's mixins once imported ``view`` back from
+    ``backend.py``, which imports them (now ``views.py``, a leaf)."""
     cycles = _cycles(_graph())
     assert cycles == [], "\n".join(" -> ".join(c) for c in cycles)
 
@@ -176,3 +192,16 @@ def test_the_layers_are_as_documented() -> None:
             assert not {
                 d for d in deps if d.split(".")[:2] and any(d.startswith(u) for u in upward)
             }, name
+
+
+def test_op_units_borrow_no_private_helper_from_each_other() -> None:
+    """A helper two units share lives in a neutral module (``ops/checks.py``, ``ops/rows.py``),
+    not as a private name of one unit that the other imports."""
+    borrowed = []
+    for name, path in _modules().items():
+        if not name.startswith(("riftco.ops.fused.", "riftco.ops.primitive.")):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                borrowed += [f"{name}: {a.name}" for a in node.names if a.name.startswith("_")]
+    assert borrowed == []

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 import riftco
+from helpers import cpu_native_opencl
 from riftco import ops
 from riftco.autograd import Variable, linear, linear_gelu
 from riftco.errors import DeviceMismatchError, DTypeError, ShapeError
@@ -36,14 +37,6 @@ def _gelu_grad(h: np.ndarray, approximate: str) -> np.ndarray:
     )
 
 
-def _backends() -> list[str]:
-    names = ["cpu", "native"]
-    entry = riftco.get_registry().entries.get("opencl")
-    if entry is not None and entry.available and entry.devices():
-        names.append("opencl")
-    return names
-
-
 def _data(m: int, k: int, n: int, seed: int = 0) -> tuple[np.ndarray, ...]:
     rng = np.random.default_rng(seed)
     x, w = rng.standard_normal((m, k)), rng.standard_normal((k, n)) / max(1, k) ** 0.5
@@ -53,7 +46,7 @@ def _data(m: int, k: int, n: int, seed: int = 0) -> tuple[np.ndarray, ...]:
 SHAPES = [(1, 1, 1), (33, 67, 5), (64, 32, 128), (130, 70, 129), (3, 0, 4), (0, 5, 4)]
 
 
-@pytest.mark.parametrize("backend", _backends())
+@pytest.mark.parametrize("backend", cpu_native_opencl())
 @pytest.mark.parametrize("approximate", ["tanh", "none"])
 @pytest.mark.parametrize(("m", "k", "n"), SHAPES)
 def test_forward_and_backward_match_float64_math(
@@ -102,7 +95,7 @@ def test_gradients_match_finite_differences(approximate: str) -> None:
         np.testing.assert_allclose(grad.numpy(), num, rtol=1e-6, atol=1e-8)
 
 
-@pytest.mark.parametrize("backend", _backends())
+@pytest.mark.parametrize("backend", cpu_native_opencl())
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_same_bits_as_linear_then_gelu(backend: str, dtype: Any) -> None:
     """Fusing reorders nothing: y, h and every gradient are the unfused layer's bits, on a
@@ -187,7 +180,7 @@ def test_bad_dtypes_and_devices_raise() -> None:
         ops.linear_gelu(f32, other, riftco.tensor(np.zeros(5, np.float32), device="cpu"))
 
 
-@pytest.mark.parametrize("backend", _backends())
+@pytest.mark.parametrize("backend", cpu_native_opencl())
 def test_large_preactivations_do_not_overflow(backend: str) -> None:
     """h up to 1e4 either side: gelu(h) is h or 0, gelu'(h) 1 or 0, nothing NaN."""
     up = lambda a: riftco.tensor(np.asarray(a, np.float32), device=backend)  # noqa: E731

@@ -133,7 +133,7 @@ def test_assign_that_cannot_copy_leaves_destination_unchanged() -> None:
 def test_cpu_adam_computes_everything_before_writing(monkeypatch: pytest.MonkeyPatch) -> None:
     """The CPU backend's own (native) AdamW: a failure after the moments are computed (here
     in the square root) must not leave m and v updated and param not."""
-    import riftco.backends.cpu.fused as cpu_fused
+    import riftco.backends.cpu.optim as cpu_optim
 
     be = riftco.device("cpu").backend
     param, grad, m, v = _adam_inputs(be)
@@ -145,7 +145,7 @@ def test_cpu_adam_computes_everything_before_writing(monkeypatch: pytest.MonkeyP
                 raise MemoryError("no memory for sqrt (test)")
             return getattr(np, name)
 
-    monkeypatch.setattr(cpu_fused, "np", NoSqrt())
+    monkeypatch.setattr(cpu_optim, "np", NoSqrt())
     with pytest.raises(OutOfMemoryError, match=r"^\[adam_update\] backend cpu:0"):
         ops.adam_update(param, grad, m, v, 0.1, step=3)
     monkeypatch.undo()

@@ -8,6 +8,8 @@ folders ``[tool.setuptools] package-dir`` maps.
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import shutil
 import subprocess
@@ -87,11 +89,11 @@ def wheel_and_config(tmp_path_factory):
     wheel = _build_wheel(src, tmp_path_factory.mktemp("wheel"))
     with zipfile.ZipFile(wheel) as zf:
         names = set(zf.namelist())
-    return names, package_dir
+    return names, package_dir, wheel
 
 
 def test_wheel_holds_every_shader_header_and_stub(wheel_and_config):
-    names, _ = wheel_and_config
+    names, _, _ = wheel_and_config
     shaders = sorted(
         p for p in (ROOT / "shaders").rglob("*") if p.is_file() and "__pycache__" not in p.parts
     )
@@ -106,10 +108,48 @@ def test_wheel_holds_every_shader_header_and_stub(wheel_and_config):
 
 
 def test_wheel_holds_every_source_file(wheel_and_config):
-    names, package_dir = wheel_and_config
+    names, package_dir, _ = wheel_and_config
     files = _source_files(package_dir)
     missing = sorted(str(path.relative_to(ROOT)) for key, path in files.items() if key not in names)
     assert not missing, f"files under {sorted(set(package_dir.values()))} missing: {missing}"
     assert "riftco/data/tinyshakespeare.txt" in names  # the default corpus ships
     assert "riftco/backends/native/kernels.c" in names
     assert not [n for n in names if n.endswith(".pyc") or "__pycache__" in n]
+
+
+_WHERE_EVERY_OP = """
+import json
+from pathlib import Path
+from riftco import op_locations
+from riftco.ops.opunit import units
+missing = [f"{u.name}: {loc}" for u in units()
+           for loc in op_locations.locations(op_locations.where(u.name))
+           if not (op_locations.root() / loc.path).is_file()]
+import contextlib, io
+from riftco.cli import main
+out = io.StringIO()
+with contextlib.redirect_stdout(out):
+    main(["ops"])
+listed = [line.split()[-1] for line in out.getvalue().splitlines()[1:]]
+missing += [p for p in listed if not (op_locations.root() / p).is_file()]
+w = op_locations.where("layer_norm")
+print(json.dumps({"root": str(op_locations.root()), "kind": op_locations.root_kind(),
+                  "unit": w.unit.path, "tests": len(w.tests), "missing": missing}))
+"""
+
+
+def test_ops_where_prints_paths_that_exist_in_the_installed_wheel(wheel_and_config, tmp_path):
+    """Installed from the wheel, ``riftco ops --where`` answers relative to the installed
+    package (``ops/fused/...``, ``backends/...``), not to a source tree it does not have."""
+    _, _, wheel = wheel_and_config
+    with zipfile.ZipFile(wheel) as zf:
+        zf.extractall(tmp_path)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHONPATH"] = str(tmp_path)  # ahead of the editable install's finder
+    proc = subprocess.run([sys.executable, "-c", _WHERE_EVERY_OP], capture_output=True,
+                          text=True, timeout=300, env=env, cwd=tmp_path)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["root"] == str(tmp_path / "riftco") and got["kind"] == "installed package"
+    assert got["unit"] == "ops/fused/layer_norm.py" and got["tests"] == 0
+    assert got["missing"] == []

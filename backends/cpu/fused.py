@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .reductions import pairwise_sum
+from .views import view
 
 if TYPE_CHECKING:
     from riftco.tensor import Tensor
@@ -24,10 +25,7 @@ _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 _erf = np.frompyfunc(math.erf, 1, 1)
 
 
-def _v(x: Tensor) -> np.ndarray:
-    from .backend import view
-
-    return view(x)
+_v = view
 
 
 def erf(x: np.ndarray) -> np.ndarray:
@@ -216,6 +214,21 @@ class FusedOps:
             dsum = np.add(_v(ds), dx.astype(dt, copy=False))  # dx rounded first, as unfused
         return self.result(dsum, dt), self.result(dgamma, dt), self.result(dbeta, dt)
 
+    def rms_norm(self, x: Tensor, gamma: Tensor, eps: float) -> tuple[Tensor, Tensor]:
+        xv = _v(x)
+        rstd = 1.0 / np.sqrt(np.mean(xv * xv, axis=-1) + eps)
+        return self.result(xv * rstd[..., None] * _v(gamma), x.dtype), self.result(rstd, x.dtype)
+
+    def rms_norm_backward(
+        self, dy: Tensor, x: Tensor, gamma: Tensor, rstd: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        dyv, r = _v(dy), _v(rstd)[..., None]
+        xhat = _v(x) * r
+        g = dyv * _v(gamma)
+        dx = r * (g - xhat * np.mean(g * xhat, axis=-1, keepdims=True))
+        dgamma = pairwise_sum(dyv * xhat, _leading_axes(xhat))
+        return self.result(dx, x.dtype), self.result(dgamma, x.dtype)
+
     def embedding(self, table: Tensor, ids: Tensor) -> Tensor:
         return self.result(_v(table)[_v(ids)], table.dtype)
 
@@ -343,34 +356,6 @@ class FusedOps:
         else:
             grads = attention_backward_math(do, q, k, v, _v(stat), scale)
         return self.result(merge_heads(*grads), qkv.dtype)
-
-    def adam_update(
-        self,
-        param: Tensor,
-        grad: Tensor,
-        m: Tensor,
-        v: Tensor,
-        lr: float,
-        beta1: float,
-        beta2: float,
-        eps: float,
-        weight_decay: float,
-        step: int,
-    ) -> None:
-        """AdamW (Loshchilov & Hutter), in place on the parameter and moment buffers.
-
-        Everything is computed before the first write, so an error part way (a warning
-        turned into one, a failed allocation) leaves all three buffers as they were."""
-        p = param.storage.buffer[param.offset : param.offset + param.size]
-        mb = m.storage.buffer[m.offset : m.offset + m.size]
-        vb = v.storage.buffer[v.offset : v.offset + v.size]
-        g = _v(grad).reshape(-1)
-        new_m = beta1 * mb + (1.0 - beta1) * g
-        new_v = beta2 * vb + (1.0 - beta2) * g * g
-        mhat = new_m / (1.0 - beta1**step)
-        vhat = new_v / (1.0 - beta2**step)
-        new_p = p - lr * (mhat / (np.sqrt(vhat) + eps) + weight_decay * p)
-        mb[:], vb[:], p[:] = new_m, new_v, new_p
 
 
 def _layer_norm_math(

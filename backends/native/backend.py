@@ -22,7 +22,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 from riftco.backend import DeviceInfo
-from riftco.backends.cpu.backend import CPUBackend, view
+from riftco.backends.cpu.backend import CPUBackend
+from riftco.backends.cpu.views import view
 from riftco.ops.fused.adam_multi import CLIP_EPS
 from riftco.tensor import Storage, Tensor, dense_strides
 
@@ -280,6 +281,24 @@ class NativeBackend(NativeAttention, NativeLinearGelu, NativePrimitives, CPUBack
             "add_layer_norm_backward",
         )
         return dsum, dg, db
+
+    def rms_norm(self, x: Tensor, gamma: Tensor, eps: float) -> tuple[Tensor, Tensor]:
+        dt, (rows, cols) = x.dtype, self._rows(x)
+        y, yp = self._out(x.shape, dt)
+        rstd, rp = self._out(x.shape[:-1], dt)
+        self._fn("rms_norm", dt)(self._in(x), self._in(gamma), yp, rp, rows, cols, eps)
+        return y, rstd
+
+    def rms_norm_backward(
+        self, dy: Tensor, x: Tensor, gamma: Tensor, rstd: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        dt, (rows, cols) = x.dtype, self._rows(x)
+        dx, dxp = self._out(x.shape, dt)
+        dg, dgp = self._out((cols,), dt)
+        ins = (self._in(dy), self._in(x), self._in(gamma), self._in(rstd))
+        status = self._fn("rms_norm_backward", dt)(*ins, dxp, dgp, rows, cols)
+        self._check(status, "rms_norm_backward")
+        return dx, dg
 
     # -- embedding and cross-entropy --------------------------------------------------------
     def embedding(self, table: Tensor, ids: Tensor) -> Tensor:

@@ -34,6 +34,7 @@ SOURCES = (
     "kernels_attention.c",
     "kernels_optim.c",
     "kernels_norm.c",
+    "kernels_rms_norm.c",
     "kernels_linear_gelu.c",
     "kernels_tile.c",
 )
@@ -56,6 +57,9 @@ void add_layer_norm_{s}({t} *x, {t} *r, {t} *g, {t} *b, {t} *s, {t} *y, {t} *mea
                         int64_t rows, int64_t cols, double eps);
 int add_layer_norm_backward_{s}({t} *dy, {t} *ds, {t} *s, {t} *g, {t} *mean, {t} *rstd,
                                 {t} *dsum, {t} *dg, {t} *db, int64_t rows, int64_t cols);
+void rms_norm_{s}({t} *x, {t} *g, {t} *y, {t} *rstd, int64_t rows, int64_t cols, double eps);
+int rms_norm_backward_{s}({t} *dy, {t} *x, {t} *g, {t} *rstd, {t} *dx, {t} *dg, int64_t rows,
+                          int64_t cols);
 void embedding_{s}({t} *table, int64_t *ids, {t} *out, int64_t n, int64_t cols);
 int embedding_backward_{s}({t} *dy, int64_t *ids, {t} *out, int64_t n, int64_t V,
                            int64_t cols);

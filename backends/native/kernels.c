@@ -399,6 +399,7 @@ void F(cross_entropy_backward)(const T *dloss, int64_t dloss_stride, const T *lo
 }
 
 #include "kernels_norm.c" /* after LayerNorm: reuses its row workers */
+#include "kernels_rms_norm.c"
 #include "kernels_optim.c"
 #include "kernels_linear_gelu.c"
 #include "kernels_layout.c"

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 from riftco import ieee
-from riftco.backends.cpu.backend import view
+from riftco.backends.cpu.views import view
 from riftco.ieee import LOUD
 from riftco.tensor import Tensor
 

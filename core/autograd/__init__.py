@@ -6,6 +6,7 @@ from the op modules, so each op's forward and VJP stay side by side) record the 
 calls, no ``zero_grad`` needed. See graph.py for the engine and DESIGN.md §5.
 """
 
+# ruff: noqa: F401  (the imports are the export list: __all__ is computed from them below)
 from __future__ import annotations
 
 from typing import Any
@@ -24,6 +25,7 @@ from .fused import (
     layer_norm,
     linear,
     linear_gelu,
+    rms_norm,
     softmax,
 )
 from .gradcheck import gradcheck
@@ -84,12 +86,10 @@ def _install() -> None:
 
 _install()
 
+#: Every public name imported above from this package's modules: the imports are the one
+#: list of them (type checkers and editors read those; this repeats them for ``import *``).
 __all__ = [
-    "Variable", "no_grad", "enable_grad", "graph_stats", "as_variable",
-    "add", "sub", "mul", "div", "neg", "power", "matmul", "exp", "log", "sqrt", "tanh",
-    "sum", "mean", "max", "reshape", "transpose", "permute", "broadcast_to", "sum_to_shape",
-    "getitem", "concatenate_last_axis", "split_last_axis",
-    "gelu", "softmax", "layer_norm", "linear", "linear_gelu", "embedding", "cross_entropy",
-    "attention", "attention_qkv", "add_layer_norm",
-    "custom_gradient", "recompute", "gradcheck", "set_domain_checks", "check_domain",
-]  # fmt: skip
+    name
+    for name, value in list(globals().items())
+    if not name.startswith("_") and getattr(value, "__module__", "").startswith("riftco.autograd.")
+]

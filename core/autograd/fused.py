@@ -1,5 +1,5 @@
-"""Differentiable fused ops: GELU, softmax, LayerNorm, linear (+GELU), embedding, cross-entropy,
-attention.
+"""Differentiable fused ops: GELU, softmax, LayerNorm, RMSNorm, linear (+GELU), embedding,
+cross-entropy, attention.
 
 Each forward calls the fused raw op (native kernel or core composite) through ``apply``,
 and each VJP is the one its op unit declares, which calls the dedicated backward op: a GPU
@@ -23,6 +23,7 @@ from ..ops.fused import gelu as _gelu
 from ..ops.fused import layer_norm as _layer_norm
 from ..ops.fused import linear as _linear
 from ..ops.fused import linear_gelu as _linear_gelu
+from ..ops.fused import rms_norm as _rms_norm
 from ..ops.fused import softmax as _softmax
 from ..tensor import Tensor
 from .apply import apply, as_variable
@@ -41,6 +42,11 @@ def softmax(x: Variable) -> Variable:
 
 def layer_norm(x: Variable, gamma: Variable, beta: Variable, eps: float = 1e-5) -> Variable:
     return apply(_layer_norm.LAYER_NORM, x, gamma, beta, eps)
+
+
+def rms_norm(x: Variable, gamma: Variable, eps: float = 1e-6) -> Variable:
+    """``x / sqrt(mean(x^2) + eps) * gamma`` over the last axis; the VJP reuses rstd."""
+    return apply(_rms_norm.RMS_NORM, x, gamma, eps)
 
 
 def add_layer_norm(

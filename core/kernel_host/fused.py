@@ -23,6 +23,7 @@ from .fused_gelu import GeluKernels
 from .fused_layer_norm import LayerNormKernels
 from .fused_linear import LinearKernels
 from .fused_linear_gelu import LinearGeluKernels
+from .fused_rms_norm import RMSNormKernels
 from .fused_softmax import SoftmaxKernels
 from .shader_defines import FLASH_MAX_HEAD_DIM
 
@@ -42,5 +43,6 @@ class FusedKernels(
     AttentionQkvKernels,
     AdamMultiKernels,
     AddLayerNormKernels,
+    RMSNormKernels,
 ):
     """Native fused ops for kernel backends (semantics: each op unit in ``riftco.ops.fused``)."""

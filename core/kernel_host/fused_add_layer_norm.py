@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .fused_layer_norm import backward_outputs, forward_outputs, launch_param_sums
+from .fused_layer_norm import backward, forward_outputs
 from .fused_plan import row_plan
 from .host import KernelMixin
 
@@ -38,13 +38,4 @@ class AddLayerNormKernels(KernelMixin):
     def add_layer_norm_backward(
         self, dy: Tensor, ds: Tensor, s: Tensor, gamma: Tensor, mean: Tensor, rstd: Tensor
     ) -> tuple[Tensor, Tensor, Tensor]:
-        dsum, dgamma, dbeta, rows, c = backward_outputs(self, s)
-        if not (rows and c):
-            return dsum, dgamma, dbeta
-        threads, width = row_plan(rows, c)
-        self.launch(
-            "layernorm", "add_layer_norm_backward_dx", s.dtype, threads,
-            dsum, dy, ds, s, gamma, mean, rstd, ints=(rows, c, width),
-        )  # fmt: skip
-        launch_param_sums(self, dgamma, dbeta, dy, s, mean, rstd)
-        return dsum, dgamma, dbeta
+        return backward(self, "add_layer_norm_backward_dx", (dy, ds, s, gamma, mean, rstd))

@@ -35,16 +35,7 @@ class LayerNormKernels(KernelMixin):
     def layer_norm_backward(
         self, dy: Tensor, x: Tensor, gamma: Tensor, mean: Tensor, rstd: Tensor
     ) -> tuple[Tensor, Tensor, Tensor]:
-        dx, dgamma, dbeta, rows, c = backward_outputs(self, x)
-        if not (rows and c):
-            return dx, dgamma, dbeta
-        threads, width = row_plan(rows, c)
-        self.launch(
-            "layernorm", "layer_norm_backward_dx", x.dtype, threads,
-            dx, dy, x, gamma, mean, rstd, ints=(rows, c, width),
-        )  # fmt: skip
-        launch_param_sums(self, dgamma, dbeta, dy, x, mean, rstd)
-        return dx, dgamma, dbeta
+        return backward(self, "layer_norm_backward_dx", (dy, x, gamma, mean, rstd))
 
 
 def forward_outputs(host: KernelHost, x: Tensor) -> tuple[Tensor, Tensor, Tensor, int, int]:
@@ -75,6 +66,21 @@ def backward_outputs(host: KernelHost, x: Tensor) -> tuple[Tensor, Tensor, Tenso
         host.fill(dgamma, 0.0)
         host.fill(dbeta, 0.0)
     return dx, dgamma, dbeta, rows, c
+
+
+def backward(
+    host: KernelHost, kernel: str, inputs: tuple[Tensor, ...]
+) -> tuple[Tensor, Tensor, Tensor]:
+    """A LayerNorm backward (shared with add_layer_norm's): ``(dx, dgamma, dbeta)``, dx
+    (add_layer_norm: ``ds + dx``) from one row launch of ``kernel`` over ``inputs``, which
+    end with ``gamma, mean, rstd`` after the normalised tensor, then the parameter sums."""
+    dy, x, mean, rstd = inputs[0], inputs[-4], inputs[-2], inputs[-1]
+    dx, dgamma, dbeta, rows, c = backward_outputs(host, x)
+    if rows and c:
+        threads, width = row_plan(rows, c)
+        host.launch("layernorm", kernel, x.dtype, threads, dx, *inputs, ints=(rows, c, width))
+        launch_param_sums(host, dgamma, dbeta, dy, x, mean, rstd)
+    return dx, dgamma, dbeta
 
 
 def launch_param_sums(

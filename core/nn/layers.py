@@ -1,4 +1,4 @@
-"""Linear, LayerNorm, Embedding, MLP: the small layers a GPT block is made of.
+"""Linear, LayerNorm, RMSNorm, Embedding, MLP: the small layers a GPT block is made of.
 
 Initial values are drawn on the host from a caller-owned numpy Generator and uploaded
 once, so a model built with the same seed is identical on every backend.
@@ -9,7 +9,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..autograd import Variable, add_layer_norm, embedding, layer_norm, linear, linear_gelu
+from ..autograd import (
+    Variable,
+    add_layer_norm,
+    embedding,
+    layer_norm,
+    linear,
+    linear_gelu,
+    rms_norm,
+)
 from ..device import Device
 from ..tensor import Tensor
 from .module import Module, parameter
@@ -58,6 +66,25 @@ class LayerNorm(Module):
         """``(s, self(s))`` with ``s = x + r``: a residual add and this LayerNorm in one op
         (``add_layer_norm``), the same numbers as ``s = x + r; self(s)``."""
         return add_layer_norm(x, r, self.weight, self.bias, self.eps)
+
+
+class RMSNorm(Module):
+    """``x / sqrt(mean(x^2) + eps) * weight`` over the last axis (LLaMA's norm): no centring,
+    no bias."""
+
+    def __init__(
+        self,
+        width: int,
+        eps: float = 1e-6,
+        *,
+        device: str | Device | None = None,
+        dtype: np.dtype | type = np.float32,
+    ) -> None:
+        self.eps = eps
+        self.weight = parameter(np.ones(width, dtype), device)
+
+    def forward(self, x: Variable) -> Variable:
+        return rms_norm(x, self.weight, self.eps)
 
 
 class Embedding(Module):

@@ -13,6 +13,7 @@ by the discovery below, so dispatch, autograd, conformance, ``riftco backends`` 
 docs table see it without further edits.
 """
 
+# ruff: noqa: F401  (the imports are the export list: __all__ is computed from them below)
 from __future__ import annotations
 
 import importlib
@@ -37,6 +38,7 @@ from .fused.gelu import gelu, gelu_backward
 from .fused.layer_norm import layer_norm, layer_norm_backward
 from .fused.linear import linear, linear_backward
 from .fused.linear_gelu import linear_gelu, linear_gelu_backward
+from .fused.rms_norm import rms_norm, rms_norm_backward
 from .fused.softmax import softmax, softmax_backward
 from .opunit import OpUnit, register, unit, units
 from .primitive.binary import (
@@ -103,17 +105,14 @@ def __getattr__(name: str) -> Any:
 
 _tensor.LAYERS.ops = sys.modules[__name__]  # Tensor's operators and numpy() call into us
 
-__all__ = [
-    "OpUnit", "Out", "register", "unit", "units", "is_native", "composite", "same_backend",
-    "flush_deferred",
-    "allocate", "upload", "download", "copy_strided", "contiguous", "fill_", "full_like",
-    "assign_", "neg", "exp", "log", "sqrt", "rsqrt", "tanh", "abs", "add", "sub", "mul", "div",
-    "maximum", "minimum", "add_scalar", "mul_scalar", "pow_scalar", "where", "compare", "cast",
-    "COMPARE_OPS", "sum", "max", "mean", "argmax", "sum_to_shape", "matmul",
-    "concatenate_last_axis", "split_last_axis", "gelu", "gelu_backward", "softmax",
-    "softmax_backward", "layer_norm", "layer_norm_backward", "embedding", "embedding_backward",
-    "cross_entropy", "cross_entropy_backward", "attention", "attention_backward",
-    "flash_attention", "flash_attention_backward", "adam_update", "linear", "linear_backward",
-    "attention_qkv", "attention_qkv_backward", "adam_update_multi", "add_layer_norm",
-    "add_layer_norm_backward", "linear_gelu", "linear_gelu_backward",
-]  # fmt: skip
+#: What riftco.ops offers besides the op functions.
+_API = ["OpUnit", "Out", "register", "unit", "units", "is_native", "composite", "same_backend",
+        "flush_deferred", "COMPARE_OPS"]  # fmt: skip
+#: The API, then every op function imported above: the imports are the one list of them
+#: (type checkers and editors read those; this only repeats them for ``import *``).
+__all__ = _API + [
+    name
+    for name, value in list(globals().items())
+    if not name.startswith("_")
+    and getattr(value, "__module__", "").startswith(("riftco.ops.primitive.", "riftco.ops.fused."))
+]

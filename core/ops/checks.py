@@ -112,6 +112,23 @@ def number(op: str, value: Any, what: str) -> float:
     return float(value)
 
 
+def one_of(op: str, value: Any, options: tuple[str, ...], what: str) -> str:
+    """``value`` when it is one of ``options`` (a form, a mode), a ShapeError otherwise."""
+    if value not in options:
+        raise ShapeError(f"[{op}] {what} must be one of {options}; got {value!r}")
+    return str(value)
+
+
+def matmul_2d(op: str, x: Tensor, weight: Tensor) -> tuple[int, int, int]:
+    """``(M, K, N)`` of ``x[M, K] @ weight[K, N]`` (linear layers, fused or not)."""
+    rank(op, x, 2, "x [M, K]")
+    rank(op, weight, 2, "weight [K, N]")
+    (m, k), (k2, n) = x.shape, weight.shape
+    if k != k2:
+        raise ShapeError(f"[{op}] x {x.shape} @ weight {weight.shape}: inner dims {k} != {k2}")
+    return m, k, n
+
+
 def flag(op: str, value: Any, what: str) -> bool:
     """A bool (numpy's too). Anything else is refused: ``bool("no")`` is True and
     ``bool(tensor)`` asks for its length, so converting would hide a wrong argument."""

@@ -108,6 +108,7 @@ class OpUnit:
       ``domain`` (bad values, ids out of range, that must raise ``DomainError``, on a
       device possibly at the next sync point).
     * ``cost(args)``: bytes and flops of one call, for the throughput column.
+    * ``since``: the protocol version that added the method ((1, 0) for the first ones).
     """
 
     name: str
@@ -128,6 +129,9 @@ class OpUnit:
     #: from building test data (see :func:`samples_module`)
     testing: SampleSet | str | None = None
     cost: Callable[[list[Any]], Cost] | None = None
+    #: the protocol version that added the method (``PROTOCOL_VERSION`` is the newest of
+    #: them): a backend declaring an older version may lack it and runs the composite
+    since: tuple[int, int] = (1, 0)
 
     @property
     def fused(self) -> bool:

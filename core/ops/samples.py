@@ -173,6 +173,34 @@ def edges(*items: Params) -> tuple[Params, ...]:
     return tuple({"seed": 0, "layout": "dense", **item} for item in items)
 
 
+#: What every op over the last axis (softmax, LayerNorm, RMSNorm, GELU, ...) is checked on:
+#: rows and columns one past 64, 256 and 1024 (the chunk, team, tile and group sizes kernels
+#: use), a long row, size-1 axes, odd sizes, and each layout a view of rows can take.
+ROW_EDGES: tuple[Params, ...] = (
+    {"label": "65 rows (one past a 64-row chunk)", "shape": (65, 8)},
+    {"label": "257 rows", "shape": (257, 5)},
+    {"label": "1025 rows", "shape": (1025, 3)},
+    {"label": "65 columns", "shape": (3, 65)},
+    {"label": "257 columns", "shape": (2, 257)},
+    {"label": "1025 columns", "shape": (2, 1025)},
+    {"label": "long row (4097)", "shape": (2, 4097)},
+    {"label": "size-1 axes", "shape": (1, 1, 1)},
+    {"label": "T=1", "shape": (1, 1, 33)},
+    {"label": "odd sizes", "shape": (3, 5, 67)},
+    {"label": "transposed", "shape": (9, 33), "layout": "transposed"},
+    {"label": "broadcast", "shape": (4, 17), "layout": "broadcast"},
+    {"label": "sliced", "shape": (3, 65), "layout": "sliced"},
+    {"label": "offset x[1:]", "shape": (4, 9), "layout": "offset"},
+    {"label": "rows x[:, :k]", "shape": (5, 12), "layout": "rows"},
+)
+
+
+def row_edges(*items: Params) -> tuple[Params, ...]:
+    """:data:`ROW_EDGES` then ``items``, as :func:`edges` fills them in: the one list of
+    row-op edges the row ops' sample modules share (they add their own after it)."""
+    return edges(*ROW_EDGES, *items)
+
+
 def rng_of(params: Params) -> np.random.Generator:
     return np.random.default_rng(int(params.get("seed", 0)))
 

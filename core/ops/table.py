@@ -8,9 +8,9 @@ differently; ``tests/test_docs_tables.py`` checks the copy in docs/BACKENDS.md i
 from __future__ import annotations
 
 import inspect
-import os
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from .opunit import OpUnit, units
@@ -55,14 +55,11 @@ def markdown() -> str:
     return "\n".join(lines)
 
 
-def text() -> str:
-    """The plain-text listing ``riftco ops`` prints: files where this riftco is installed
-    (``core/`` is the checkout's name for the package; a pip install has no such folder)."""
-    package = Path(inspect.getfile(sys.modules[__name__.rsplit(".", 2)[0]])).parent
-    out = [f"op units, files under {package}{os.sep}:"]
+def text(path: Callable[[OpUnit], str] = module_path) -> str:
+    """The plain-text listing ``riftco ops`` prints, each op's file given by ``path``."""
+    out = []
     for u in units():
-        file = Path(inspect.getfile(u.method)).relative_to(package).as_posix()
-        out.append(f"{signature(u):<70} {'optional' if u.fused else 'required':<9} {file}")
+        out.append(f"{signature(u):<70} {'optional' if u.fused else 'required':<9} {path(u)}")
     return "\n".join(out)
 
 

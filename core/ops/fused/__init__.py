@@ -2,7 +2,7 @@
 
 ``MODULES`` is their protocol order, the order ``riftco backends``, conformance and the
 docs table list them in; importing the package registers them in it. ``riftco.ops`` still
-discovers a module missing from it (registered last), and ``tests/test_ops_lists.py``
+discovers a module missing from it (registered last), and ``tests/test_new_op_checklist.py``
 fails until it is listed.
 """
 
@@ -11,7 +11,7 @@ import importlib
 MODULES: tuple[str, ...] = (
     "gelu", "softmax", "layer_norm", "embedding", "cross_entropy", "attention",
     "flash_attention", "adam", "linear", "attention_qkv", "adam_multi",
-    "add_layer_norm", "linear_gelu",
+    "add_layer_norm", "linear_gelu", "rms_norm",
 )  # fmt: skip
 
 for _name in MODULES:

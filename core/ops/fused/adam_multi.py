@@ -174,6 +174,7 @@ ADAM_UPDATE_MULTI = OpUnit(
                              "ulps; the clip scale adds one rounding"),
     cost=_cost,
     testing=_SAMPLES,
+    since=(1, 2),
 )  # fmt: skip
 
 register(ADAM_UPDATE_MULTI)

@@ -136,12 +136,14 @@ ADD_LAYER_NORM = OpUnit(
     composite=add_layer_norm_composite,
     nan="a NaN in x or r makes that element of s NaN and its row of y and statistics NaN",
     tolerance=LAYER_NORM.tolerance, cost=_cost(3), testing=_SAMPLES,  # layer_norm's rounding
+    since=(1, 3),
 )  # fmt: skip
 ADD_LAYER_NORM_BACKWARD = OpUnit(
     "add_layer_norm_backward", "fused", "add_layer_norm",
     AddLayerNormMethods.add_layer_norm_backward, function=add_layer_norm_backward,
     outputs=("dsum", "dgamma", "dbeta"), composite=add_layer_norm_backward_composite,
     tolerance=LAYER_NORM_BACKWARD.tolerance, cost=_cost(5), testing=_SAMPLES,
+    since=(1, 3),
 )  # fmt: skip
 
 register(ADD_LAYER_NORM, ADD_LAYER_NORM_BACKWARD)

@@ -235,12 +235,14 @@ ATTENTION_QKV = OpUnit(
     function=attention_qkv, outputs=("out", "stat"), composite=attention_qkv_composite,
     vjp=_vjp, differentiable=(0,), tolerance=_TOL, cost=_cost,
     testing=_SAMPLES,
+    since=(1, 1),
 )  # fmt: skip
 ATTENTION_QKV_BACKWARD = OpUnit(
     "attention_qkv_backward", "fused", "attention_qkv", AttentionQKVMethods.attention_qkv_backward,
     function=attention_qkv_backward, outputs=("dqkv",),
     composite=attention_qkv_backward_composite, tolerance=_TOL_B, cost=_cost_backward,
     testing=_SAMPLES,
+    since=(1, 1),
 )  # fmt: skip
 
 register(ATTENTION_QKV, ATTENTION_QKV_BACKWARD)

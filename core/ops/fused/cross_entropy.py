@@ -25,8 +25,8 @@ from ..primitive.memory import full_like
 from ..primitive.reduce import max, sum
 from ..primitive.select import where
 from ..primitive.unary import exp, log
+from ..rows import along_rows
 from .embedding import check_ids, defer_range, one_hot
-from .softmax import along_rows
 
 _SAMPLES = samples_module(__name__)
 

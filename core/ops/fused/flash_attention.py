@@ -21,8 +21,8 @@ from ..primitive.matmul import matmul
 from ..primitive.memory import full_like
 from ..primitive.reduce import max, sum
 from ..primitive.unary import exp, log
+from ..rows import along_rows
 from .attention import attention_backward_composite, check_qkv, cost, score_scale, scores
-from .softmax import along_rows
 
 _SAMPLES = samples_module(__name__)
 

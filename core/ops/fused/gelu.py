@@ -16,7 +16,6 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ...errors import ShapeError
 from ...tensor import Tensor
 from .. import checks
 from ..dispatch import Out, dispatch
@@ -67,21 +66,15 @@ class GeluMethods(Protocol):
         ...
 
 
-def _approx(op: str, approximate: str) -> str:
-    if approximate not in APPROXIMATIONS:
-        raise ShapeError(f"[{op}] approximate must be one of {APPROXIMATIONS}; got {approximate!r}")
-    return approximate
-
-
 def gelu(x: Tensor, approximate: str = "tanh") -> Tensor:
     backend = checks.float_operands("gelu", x)
-    approximate = _approx("gelu", approximate)
+    approximate = checks.one_of("gelu", approximate, APPROXIMATIONS, "approximate")
     return dispatch(GELU, backend, (x, approximate), Out(x.shape, x.dtype))
 
 
 def gelu_backward(dy: Tensor, x: Tensor, approximate: str = "tanh") -> Tensor:
     backend = checks.float_operands("gelu_backward", dy, x)
-    approximate = _approx("gelu_backward", approximate)
+    approximate = checks.one_of("gelu_backward", approximate, APPROXIMATIONS, "approximate")
     checks.shape_is("gelu_backward", dy, x.shape, "dy")
     return dispatch(GELU_BACKWARD, backend, (dy, x, approximate), Out(x.shape, x.dtype))
 

@@ -20,7 +20,7 @@ from ..primitive.binary import add, add_scalar, mul, sub
 from ..primitive.memory import copy_strided
 from ..primitive.reduce import mean, sum
 from ..primitive.unary import rsqrt
-from .softmax import along_rows
+from ..rows import along_rows
 
 _SAMPLES = samples_module(__name__)
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ...errors import ShapeError
 from ...tensor import Tensor
 from .. import checks
 from ..dispatch import Out, dispatch
@@ -57,18 +56,9 @@ class LinearMethods(Protocol):
         ...
 
 
-def _check(op: str, x: Tensor, weight: Tensor) -> tuple[int, int, int]:
-    checks.rank(op, x, 2, "x [M, K]")
-    checks.rank(op, weight, 2, "weight [K, N]")
-    (m, k), (k2, n) = x.shape, weight.shape
-    if k != k2:
-        raise ShapeError(f"[{op}] x {x.shape} @ weight {weight.shape}: inner dims {k} != {k2}")
-    return m, k, n
-
-
 def linear(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
     backend = checks.float_operands("linear", x, weight, bias)
-    m, _, n = _check("linear", x, weight)
+    m, _, n = checks.matmul_2d("linear", x, weight)
     checks.shape_is("linear", bias, (n,), "bias")
     return dispatch(LINEAR, backend, (x, weight, bias), Out((m, n), x.dtype))
 
@@ -76,7 +66,7 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
 def linear_backward(dy: Tensor, x: Tensor, weight: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     op = "linear_backward"
     backend = checks.float_operands(op, dy, x, weight)
-    m, k, n = _check(op, x, weight)
+    m, k, n = checks.matmul_2d(op, x, weight)
     checks.shape_is(op, dy, (m, n), "dy")
     expect = (Out((m, k), x.dtype), Out((k, n), x.dtype), Out((n,), x.dtype))
     return dispatch(LINEAR_BACKWARD, backend, (dy, x, weight), expect)
@@ -126,12 +116,14 @@ LINEAR = OpUnit(
     composite=linear_composite, vjp=_linear_vjp, differentiable=(0, 1, 2), tolerance=_TOL,
     cost=_cost,
     testing=_SAMPLES,
+    since=(1, 1),
 )  # fmt: skip
 LINEAR_BACKWARD = OpUnit(
     "linear_backward", "fused", "linear", LinearMethods.linear_backward,
     function=linear_backward, outputs=("dx", "dweight", "dbias"),
     composite=linear_backward_composite, tolerance=_TOL, cost=_cost_backward,
     testing=_SAMPLES,
+    since=(1, 1),
 )  # fmt: skip
 
 register(LINEAR, LINEAR_BACKWARD)

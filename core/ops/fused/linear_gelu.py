@@ -25,8 +25,8 @@ from ...tensor import Tensor
 from .. import checks
 from ..dispatch import Out, dispatch
 from ..opunit import OpUnit, Tolerance, Tolerances, register, rms, samples_module
-from .gelu import _approx, gelu, gelu_backward
-from .linear import _check, linear, linear_backward
+from .gelu import APPROXIMATIONS, gelu, gelu_backward
+from .linear import linear, linear_backward
 
 if TYPE_CHECKING:
     from ..samples import Example
@@ -70,9 +70,9 @@ def linear_gelu(
 ) -> tuple[Tensor, Tensor]:
     op = "linear_gelu"
     backend = checks.float_operands(op, x, weight, bias)
-    m, _, n = _check(op, x, weight)
+    m, _, n = checks.matmul_2d(op, x, weight)
     checks.shape_is(op, bias, (n,), "bias")
-    approximate = _approx(op, approximate)
+    approximate = checks.one_of(op, approximate, APPROXIMATIONS, "approximate")
     out = Out((m, n), x.dtype)
     return dispatch(LINEAR_GELU, backend, (x, weight, bias, approximate), (out, out))
 
@@ -82,10 +82,10 @@ def linear_gelu_backward(
 ) -> tuple[Tensor, Tensor, Tensor]:
     op = "linear_gelu_backward"
     backend = checks.float_operands(op, dy, x, weight, h)
-    m, k, n = _check(op, x, weight)
+    m, k, n = checks.matmul_2d(op, x, weight)
     checks.shape_is(op, dy, (m, n), "dy")
     checks.shape_is(op, h, (m, n), "h")
-    approximate = _approx(op, approximate)
+    approximate = checks.one_of(op, approximate, APPROXIMATIONS, "approximate")
     expect = (Out((m, k), x.dtype), Out((k, n), x.dtype), Out((n,), x.dtype))
     return dispatch(LINEAR_GELU_BACKWARD, backend, (dy, x, weight, h, approximate), expect)
 
@@ -140,12 +140,14 @@ LINEAR_GELU = OpUnit(
     outputs=("y", "h"), composite=linear_gelu_composite, vjp=_vjp, differentiable=(0, 1, 2),
     tolerance=_TOL, cost=_cost,
     testing=_SAMPLES,
+    since=(1, 3),
 )  # fmt: skip
 LINEAR_GELU_BACKWARD = OpUnit(
     "linear_gelu_backward", "fused", "linear_gelu", LinearGeluMethods.linear_gelu_backward,
     function=linear_gelu_backward, outputs=("dx", "dweight", "dbias"),
     composite=linear_gelu_backward_composite, tolerance=_TOL, cost=_cost_backward,
     testing=_SAMPLES,
+    since=(1, 3),
 )  # fmt: skip
 
 register(LINEAR_GELU, LINEAR_GELU_BACKWARD)

@@ -18,6 +18,7 @@ from ..primitive.binary import div, mul, sub
 from ..primitive.memory import full_like
 from ..primitive.reduce import max, sum
 from ..primitive.unary import exp
+from ..rows import along_rows
 
 _SAMPLES = samples_module(__name__)
 
@@ -61,13 +62,6 @@ def softmax_backward(dy: Tensor, y: Tensor) -> Tensor:
     checks.min_rank("softmax_backward", y, 1, "y")
     checks.shape_is("softmax_backward", dy, y.shape, "dy")
     return dispatch(SOFTMAX_BACKWARD, backend, (dy, y), Out(y.shape, y.dtype))
-
-
-def along_rows(stat: Tensor, shape: tuple[int, ...]) -> Tensor:
-    """A per-row statistic (shape ``shape[:-1]`` or keepdims) broadcast along the last axis."""
-    if stat.ndim == len(shape) - 1:
-        stat = stat.expand_dims(-1)  # a view for any strides (reshape would need dense)
-    return stat.broadcast_to(shape)
 
 
 def softmax_composite(x: Tensor) -> Tensor:

@@ -27,15 +27,8 @@ def _inputs(p: smp.Params) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarr
     return x, r, gamma, beta
 
 
-EDGES = smp.edges(
-    {"label": "long row (4097)", "shape": (2, 4097)},
-    {"label": "size-1 axes", "shape": (1, 1, 1)},
-    {"label": "odd sizes", "shape": (3, 5, 67)},
+EDGES = smp.row_edges(
     {"label": "model rows (B*T, C)", "shape": (64, 128)},
-    {"label": "transposed", "shape": (9, 33), "layout": "transposed"},
-    {"label": "broadcast", "shape": (4, 17), "layout": "broadcast"},
-    {"label": "sliced", "shape": (3, 65), "layout": "sliced"},
-    {"label": "offset x[1:]", "shape": (4, 9), "layout": "offset"},
     {"label": "mean 100, spread 1 (needs a stable variance)", "shape": (4, 64), "offset": 100.0},
     {"label": "x = -r (zero variance)", "shape": (3, 16), "cancel": True},
     {"label": "width 1 (zero variance)", "shape": (5, 1)},

@@ -20,16 +20,7 @@ def _inputs(p: smp.Params) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return x, gamma, beta
 
 
-EDGES = smp.edges(
-    {"label": "long row (4097)", "shape": (2, 4097)},
-    {"label": "size-1 axes", "shape": (1, 1, 1)},
-    {"label": "T=1", "shape": (1, 1, 33)},
-    {"label": "odd sizes", "shape": (3, 5, 67)},
-    {"label": "transposed", "shape": (9, 33), "layout": "transposed"},
-    {"label": "broadcast", "shape": (4, 17), "layout": "broadcast"},
-    {"label": "sliced", "shape": (3, 65), "layout": "sliced"},
-    {"label": "offset x[1:]", "shape": (4, 9), "layout": "offset"},
-    {"label": "rows x[:, :k]", "shape": (5, 12), "layout": "rows"},
+EDGES = smp.row_edges(
     {"label": "mean offset 10", "shape": (4, 257), "offset": 10.0},
     {"label": "mean 100, spread 1 (needs a stable variance)", "shape": (4, 64), "offset": 100.0},
     {"label": "width 1 (zero variance)", "shape": (5, 1)},

@@ -24,16 +24,7 @@ def softmax_input(p: smp.Params) -> np.ndarray:
     return x
 
 
-EDGES = smp.edges(
-    {"label": "long row (4097)", "shape": (2, 4097)},
-    {"label": "size-1 axes", "shape": (1, 1, 1)},
-    {"label": "T=1", "shape": (1, 1, 33)},
-    {"label": "odd sizes", "shape": (3, 5, 67)},
-    {"label": "transposed", "shape": (9, 33), "layout": "transposed"},
-    {"label": "broadcast", "shape": (4, 17), "layout": "broadcast"},
-    {"label": "sliced", "shape": (3, 65), "layout": "sliced"},
-    {"label": "offset x[1:]", "shape": (4, 9), "layout": "offset"},
-    {"label": "rows x[:, :k]", "shape": (5, 12), "layout": "rows"},
+EDGES = smp.row_edges(
     {"label": "logits +-1e4 (past exp overflow)", "shape": (4, 100), "large": True},
     {"label": "rows with -inf", "shape": (5, 33), "neg_inf": True},
     {"label": "width 1", "shape": (6, 1)},
