@@ -173,6 +173,33 @@ def edges(*items: Params) -> tuple[Params, ...]:
     return tuple({"seed": 0, "layout": "dense", **item} for item in items)
 
 
+#: The chunk, tile and group sizes kernels split rows and reduced axes into (LayerNorm's
+#: 64-row partial sums, 64-key flash blocks, 256-slot and 1024-thread groups).
+BOUNDARIES = (64, 256, 1024)
+#: (rows, columns) one past each boundary, kept thin so the edges stay cheap.
+PAST_BOUNDARIES = ((65, 257), (257, 65), (1025, 3), (3, 1025))
+
+
+def past_boundaries(make: Callable[[int, int], Params]) -> tuple[Params, ...]:
+    """Edges whose rows and whose columns go one past each of :data:`BOUNDARIES`, so a
+    kernel that drops or double-counts a last partial chunk fails on edges alone.
+    ``make(rows, columns)`` gives one edge's parameters. Marked ``boundary``: the capture
+    section, which checks recording and replay rather than kernels, leaves them out."""
+    return edges(*({**make(r, c), "boundary": True} for r, c in PAST_BOUNDARIES))
+
+
+#: (M, K, N) of a product: each of the three one past each boundary, kept thin.
+PAST_BOUNDARIES_MKN = (
+    (65, 257, 3), (257, 3, 65), (3, 65, 257), (1025, 3, 2), (2, 1025, 3), (3, 2, 1025),
+)  # fmt: skip
+
+
+def past_boundaries_mkn(make: Callable[[int, int, int], Params]) -> tuple[Params, ...]:
+    """:func:`past_boundaries` for products: rows M, reduced K and columns N each one past
+    each boundary. ``make(m, k, n)`` gives one edge's parameters."""
+    return edges(*({**make(m, k, n), "boundary": True} for m, k, n in PAST_BOUNDARIES_MKN))
+
+
 def rng_of(params: Params) -> np.random.Generator:
     return np.random.default_rng(int(params.get("seed", 0)))
 

@@ -40,7 +40,7 @@ EDGES = smp.edges(
     {"label": "empty rows", "shape": (0, 5)},
     {"label": "empty last axis", "shape": (3, 0)},
     {"label": "a NaN makes its row NaN", "shape": (3, 6), "nan_row": True},
-)
+) + smp.past_boundaries(lambda r, c: {"label": f"{r} rows of {c}", "shape": (r, c)})
 
 
 def _draw(d: smp.Draw) -> smp.Params:
