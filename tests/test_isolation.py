@@ -109,8 +109,8 @@ def test_opaque_buffers_ask_the_backends_same_allocation_hook() -> None:
 def test_kernel_backends_compare_device_buffers_by_the_runtime_buffer() -> None:
     raw, other = object(), object()
     same = KernelBackend.same_allocation
-    assert same(None, DeviceBuffer(raw, 16, 256), DeviceBuffer(raw, 8, 256))  # type: ignore[arg-type]
-    assert not same(None, DeviceBuffer(raw, 16, 256), DeviceBuffer(other, 16, 256))  # type: ignore[arg-type]
+    assert same(None, DeviceBuffer(raw, 16, 256), DeviceBuffer(raw, 8, 256))
+    assert not same(None, DeviceBuffer(raw, 16, 256), DeviceBuffer(other, 16, 256))
 
 
 def test_the_contract_error_names_the_op_and_the_operand() -> None:

@@ -252,9 +252,9 @@ def _describe(
         return head + f"has dtype {out.dtype.name} for inputs of dtype {ins}; expected {want}"
     if out.shape != expect.shape:
         return head + f"has shape {out.shape}; expected {want}"
-    i = next((i for i, a in enumerate(args) if shares_memory(out, [a])), None)
+    pos = next((j for j, a in enumerate(args) if shares_memory(out, [a])), None)
     return head + (
-        f"shares memory with operand {_operand(unit, i)}; expected a new tensor (a result "
+        f"shares memory with operand {_operand(unit, pos)}; expected a new tensor (a result "
         "that aliases an input lets a later in-place write to one change the other)"
     )
 
