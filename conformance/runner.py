@@ -6,7 +6,9 @@ For every example the runner checks, in order, and stops at the first failure:
 1. the call raises nothing (a crash is recorded as this case's error, with the example);
 2. the inputs are bit-for-bit unchanged afterwards (an out-of-place op must not write its
    operands; an in-place op only the tensors it promises to write), read as raw storage so
-   a broken strided copy cannot hide it;
+   a broken strided copy cannot hide it; and still unchanged after a sentinel is written
+   into every element of every result's storage (isolation by memory, whatever the buffer
+   type: a result that aliases an input, a view or a ``reshape`` of it, changes it);
 3. every output matches the reference within the unit's tolerance (NaN and infinities
    exactly where the reference has them);
 4. a second call gives the same bits, where the unit promises determinism.
@@ -34,6 +36,7 @@ from riftco.ops.comparison import Comparison, compare
 from riftco.ops.opunit import OpUnit
 from riftco.ops.primitive.memory import storage_array
 from riftco.ops.samples import Ctx, Example, Params
+from riftco.tensor import Tensor
 
 from .draw import drawn_params
 from .inputs import tensors, upload_args
@@ -60,7 +63,7 @@ def arrays(result: Any) -> list[np.ndarray]:
             out.extend(arrays(r))
         return out
     if isinstance(result, np.ndarray):
-        return [result]
+        return [result.copy()]  # the isolation check writes into the op's own array
     if result is None:
         return []
     return [riftco.ops.download(result)]
@@ -135,12 +138,14 @@ class NumericCase:
         got_args = upload_args(ex, self.backend, self.ctx.dtype, reference=False)
         ref_args = upload_args(ex, self.reference, self.ctx.dtype, reference=True)
         inputs = tensors(got_args)
-        before = [storage_array(t) for t in inputs]
+        before = [_snapshot(t) for t in inputs]
         got_out = samples.call(self._fn(False), got_args, ex.kwargs)
         got = arrays(got_out)
         exp = arrays(samples.call(self._fn(True), ref_args, ex.kwargs))
         self.result.examples += 1
         self._inputs_unchanged(ex, got_args, inputs, before)
+        if not self.unit.in_place:
+            self._results_isolated(ex, got_out, inputs, before)
         names = list(self.unit.outputs) + [f"out{i}" for i in range(len(self.unit.outputs), 64)]
         if len(got) != len(exp):
             self._fail(ex, "result", f"returned {len(got)} outputs, expected {len(exp)}")
@@ -177,11 +182,30 @@ class NumericCase:
         for pos, (t, old) in enumerate(zip(inputs, before, strict=True)):
             if id(t) in written:
                 continue
-            now = storage_array(t)
+            now = _snapshot(t)
             if not _same_bits(old, now):
                 changed = int(np.count_nonzero(old.view(np.uint8) != now.view(np.uint8)))
                 self._fail(ex, f"input {pos}", f"wrote into its input ({changed} bytes changed); "
                            "an out-of-place op must leave its operands untouched")  # fmt: skip
+
+    def _results_isolated(
+        self, ex: Example, out: Any, inputs: list[Any], before: list[np.ndarray]
+    ) -> None:
+        """Write a sentinel over each result's whole storage (a host array: in place), then
+        read every input back: one that changed shares memory with a result."""
+        results = _results(out)
+        for r in results:
+            if isinstance(r, np.ndarray):
+                if r.flags.writeable and r.size:
+                    r[...] = _sentinel(r.dtype)
+            elif r.storage.size:
+                whole = Tensor(r.backend, r.storage, (r.storage.size,), (1,), 0, r.dtype)
+                riftco.ops.fill_(whole, _sentinel(r.dtype))
+        for pos, (t, old) in enumerate(zip(inputs, before, strict=True)):
+            if not _same_bits(old, _snapshot(t)):
+                self._fail(ex, f"input {pos}", "shares memory with a result: writing a sentinel "
+                           "into the results changed it; a result must be a new allocation, "
+                           "not the input, a view or a reshape of it")  # fmt: skip
 
     def run(self, run: RunSettings) -> CaseResult:
         start = time.perf_counter()
@@ -232,6 +256,24 @@ class NumericCase:
         if run.seed is not None:
             drawn = hypothesis_seed(run.seed)(drawn)
         drawn()
+
+
+def _snapshot(t: Tensor) -> np.ndarray:
+    """``t``'s whole storage as a host copy of the checker's own (a ``to_numpy`` that hands
+    out its buffer must not make the before and after pictures one array)."""
+    return np.array(storage_array(t), copy=True)
+
+
+def _results(out: Any) -> list[Any]:
+    """The Tensors and host arrays an op returned, flattened."""
+    if isinstance(out, (tuple, list)):
+        return [x for r in out for x in _results(r)]
+    return [out] if isinstance(out, (Tensor, np.ndarray)) else []
+
+
+def _sentinel(dtype: np.dtype) -> float:
+    """A value no sample holds, so writing it always changes an aliased input's bits."""
+    return -12345.0 if np.dtype(dtype).kind in "iu" else -1234.5
 
 
 def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:

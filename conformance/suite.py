@@ -21,6 +21,7 @@ from riftco.plugins import BackendEntry, get_registry
 from .capture_check import capture_case_id, capture_results
 from .contract import domain_cases, error_cases, numeric_units, protocol_results
 from .expectations import Expectations, glob_match
+from .memory_check import memory_cases
 from .model_check import model_results
 from .results import CaseResult
 from .runner import NumericCase, RunSettings, _crash, case_id
@@ -124,7 +125,7 @@ def plan(target: Target, run: RunSettings) -> list[PlannedCase]:
                 cid = capture_case_id(unit, dtype, forced)
                 replayed = partial(capture_results, unit, ctx, backend, forced)
                 planned.append(PlannedCase(cid, unit.name, replayed))
-    for group in (error_cases(backend), domain_cases(backend)):
+    for group in (error_cases(backend), domain_cases(backend), memory_cases(backend)):
         for cid, op, run_one in group:
             if target.wanted(op, cid) or target.wanted(cid.split("/")[0], cid):
                 planned.append(PlannedCase(cid, op, partial(_single, run_one)))

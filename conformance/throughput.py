@@ -9,6 +9,7 @@ interleaved comparisons.
 
 from __future__ import annotations
 
+import inspect
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -87,7 +88,7 @@ def _one(unit: OpUnit, backend: Any, ctx: Ctx) -> Throughput:
             elif took > SLOW_S:
                 runs = 2  # a slow op (a composite on a naive backend): one timed run is enough
             i += 1
-        nbytes, flops = unit.cost(args)
+        nbytes, flops = unit.cost(call_arguments(fn, args, ex.kwargs))
     except Exception as exc:  # noqa: BLE001 - reported in the row, never fatal
         return Throughput(unit.name, ctx.dtype.name, mode, float("nan"), 0.0, 0.0, "",
                           f"{type(exc).__name__}: {exc}")  # fmt: skip
@@ -96,6 +97,14 @@ def _one(unit: OpUnit, backend: Any, ctx: Ctx) -> Throughput:
         unit.name, ctx.dtype.name, mode, best,
         nbytes / best / 1e9 if best > 0 else 0.0, flops / best / 1e9 if best > 0 else 0.0, shapes,
     )  # fmt: skip
+
+
+def call_arguments(fn: Any, args: list[Any], kwargs: dict[str, Any]) -> list[Any]:
+    """The call's arguments in signature order, keywords at their places and defaults
+    filled in: what a cost model unpacks (matmul's flags arrive as keywords)."""
+    bound = inspect.signature(fn).bind(*args, **kwargs)
+    bound.apply_defaults()
+    return list(bound.arguments.values())
 
 
 def table(rows: list[Throughput]) -> str:

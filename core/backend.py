@@ -16,7 +16,9 @@ Conventions shared by every method:
   ``nbytes``, ``is_dense`` and ``storage.buffer`` (its own buffer object); it builds results
   with :meth:`BackendBase.wrap`. Methods return new Tensors on the same backend, except the
   in-place ones (``fill``, ``adam_update``, ``adam_update_multi``). Core checks every
-  result's metadata (count, dtype, shape, a new tensor) on every call.
+  result's metadata (count, dtype, shape, a new tensor) on every call, and that no result
+  shares memory with an operand: by object, numpy address range, or the backend's
+  optional ``same_allocation(a, b) -> bool`` for two of its buffers core cannot read.
 * Masks (results of ``compare``, the ``cond`` of ``where``) have the operands' float dtype
   and hold exactly 1 or 0. Integer tensors reach a backend only as embedding ids and
   cross-entropy targets (int32 or int64, as it declares), as ``cast`` inputs and outputs,

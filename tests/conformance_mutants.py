@@ -545,6 +545,50 @@ class MulTrustsBufferSize(Base):
         return self.result(fast(a) * fast(b))
 
 
+# -- isolation: results that share memory with an input -----------------------------------
+class CopyStridedAliasesDenseInput(Base):
+    """A dense input is "already contiguous": return its buffer in a new tensor (what a
+    backend over a library whose ``contiguous()`` returns ``self`` does). The "copy" then
+    changes with every later in-place write to the source."""
+
+    def copy_strided(self, x: Tensor) -> Tensor:
+        if x.is_dense and x.storage.buffer.size == x.size:
+            return self.wrap(x.storage.buffer, x.shape, x.dtype)
+        return super().copy_strided(x)
+
+
+class AddScalarZeroReturnsReshape(Base):
+    """``x + 0`` answered with ``x`` reshaped, as a library's ``reshape`` answers: a new
+    array object over the input's bytes, so an object comparison sees a new buffer."""
+
+    def add_scalar(self, x: Tensor, value: float) -> Tensor:
+        if value == 0 and x.is_dense and x.storage.buffer.size == x.size:
+            return self.wrap(x.storage.buffer.reshape(x.shape).reshape(-1), x.shape, x.dtype)
+        return super().add_scalar(x, value)
+
+
+class NegInPlaceReturnsView(Base):
+    """An in-place kernel used for an out-of-place op: negates into the input's own buffer
+    and returns a view of it (``x.neg_().view(...)``)."""
+
+    def neg(self, x: Tensor) -> Tensor:
+        if x.is_dense and x.storage.buffer.size == x.size:
+            buf = x.storage.buffer
+            np.negative(buf, out=buf)
+            return self.wrap(buf[:], x.shape, x.dtype)
+        return super().neg(x)
+
+
+class ToNumpyReturnsBufferView(Base):
+    """Hands out the tensor's own buffer for a dense tensor (``torch.Tensor.numpy()``
+    shares memory): the caller's array then changes with the tensor, and the other way."""
+
+    def to_numpy(self, x: Tensor) -> np.ndarray:
+        if x.is_dense and x.storage.buffer.size == x.size:
+            return x.storage.buffer.reshape(x.shape)
+        return super().to_numpy(x)
+
+
 #: (mutant class, the op conformance must blame)
 MUTANTS: list[tuple[type[Base], str]] = [
     (AddReturnsFloat64, "add"),
@@ -606,4 +650,8 @@ MUTANTS: list[tuple[type[Base], str]] = [
     (AddLayerNormBackwardDropsStream, "add_layer_norm_backward"),
     (RMSNormIgnoresEps, "rms_norm"),
     (RMSNormBackwardDropsLastChunk, "rms_norm_backward"),
+    (CopyStridedAliasesDenseInput, "copy_strided"),
+    (AddScalarZeroReturnsReshape, "add_scalar"),
+    (NegInPlaceReturnsView, "neg"),
+    (ToNumpyReturnsBufferView, "to_numpy"),
 ]

@@ -1,12 +1,12 @@
 """The conformance suite's own test: every deliberately broken backend fails, at its op.
 
-For each mutant (``conformance_mutants.py``: 57 plausible bugs over every op family) the
+For each mutant (``conformance_mutants.py``: 61 plausible bugs over every op family) the
 suite runs on that op's cases and must report a failure or error there, with the op in the
 case id or the message. Whole-suite runs then check that no *other* op is blamed
 (composites built on a broken primitive may fail too: they really are wrong there), and
 that a raising model check still ends with the table and the JSON.
 
-``make test`` runs three mutants through every case; ``make test-deep`` runs all 57
+``make test`` runs three mutants through every case; ``make test-deep`` runs all 61
 through every case their bug can reach (``conformance_trace.py``: the others run the
 reference's own code and pass as it does). The three full runs also check that trace:
 every case they find failing is one it names.
@@ -29,6 +29,7 @@ from conformance_mutants import (
     ExpIgnoresOffset,
     LayerNormBackwardDgammaOff,
     SoftmaxWithoutMaxSubtraction,
+    ToNumpyReturnsBufferView,
 )
 from conformance_trace import OUTSIDE, cases_reaching, ops_argument, trace_cases
 from helpers import plugin_for
@@ -83,6 +84,9 @@ _WHOLE_SUITE = (
 #: Mutants of what core uses to prepare every other op's operands (a dense-only backend's
 #: copy of a view): every op that receives a copied view is really wrong there.
 _PREPARES_OPERANDS = {DenseOnlyCopyIgnoresOffset}
+#: Mutants of the download every case reads its results through: every case fails, and
+#: each must say that op broke.
+_READS_EVERY_RESULT = {ToNumpyReturnsBufferView}
 #: case id -> the backend methods it calls, traced once per worker process.
 _TRACE: dict[str, set[str]] = {}
 
@@ -106,6 +110,9 @@ def test_whole_suite_blames_no_other_op(
     if not only and reaching is not None:  # a full run: the trace must have named them
         unnamed = [c["id"] for c in bad if c["id"] not in reaching]
         assert unnamed == [], f"failing cases the trace says {cls.__name__} cannot reach"
+    if cls in _READS_EVERY_RESULT:
+        assert all(c["op"] == op or f"[{op}]" in c["reason"] for c in bad), bad[:3]
+        return
     if cls in _PREPARES_OPERANDS:
         return
     wrongly = [

@@ -323,3 +323,58 @@ def test_allocator_empties_its_pool_and_retries_once() -> None:
     with pytest.raises(RuntimeError, match="device full"):
         alloc.allocate(2048)  # nothing pooled to give back: the runtime's error goes through
     assert calls == [2048] and hog.nbytes == 2048
+
+
+# -- conformance's out-of-memory case ------------------------------------------------------------
+class RaisesRuntimeErrorWhenFull(CPUBackend):
+    """An allocator that reports a full device as a bare RuntimeError (torch's CPU
+    allocator does): core cannot tell it from a bug, so nothing names the op."""
+
+    name: ClassVar[str] = "runtime_error_oom"
+
+    def exp(self, x: Any) -> Any:
+        if x.nbytes > 2**40:
+            raise RuntimeError(
+                f"[enforce fail at alloc_cpu.cpp:114] DefaultCPUAllocator: not enough memory: "
+                f"you tried to allocate {x.nbytes} bytes."
+            )
+        return super().exp(x)
+
+
+class RaisesBareMemoryError(CPUBackend):
+    name: ClassVar[str] = "bare_memory_error"
+
+    def exp(self, x: Any) -> Any:
+        if x.nbytes > 2**40:
+            raise MemoryError("cudaMalloc failed (test)")
+        return super().exp(x)
+
+
+def test_conformance_out_of_memory_case_passes_backends_that_raise_memory_error() -> None:
+    from riftco.conformance.memory_check import out_of_memory_result
+
+    for be in (riftco.device("cpu").backend, RaisesBareMemoryError()):
+        res = out_of_memory_result(be)
+        assert (res.status, res.reason, res.op) == ("pass", "", "exp"), res
+
+
+def test_conformance_out_of_memory_case_fails_any_other_error_with_what_to_do() -> None:
+    from riftco.conformance.memory_check import out_of_memory_result
+
+    res = out_of_memory_result(RaisesRuntimeErrorWhenFull())
+    assert res.status == "fail" and res.case_id == "errors/out_of_memory_exp"
+    assert res.reason.startswith(f"a {2**62:,}-byte result raised RuntimeError: [enforce fail")
+    assert "expected MemoryError from the backend" in res.reason
+    assert "raise MemoryError (or a subclass) where an allocation fails" in res.reason
+    assert "exp(ones((1, 1)).broadcast_to" in res.example
+
+
+def test_conformance_out_of_memory_case_runs_in_the_suite(tmp_path: Any) -> None:
+    import json
+
+    from riftco.conformance import cli
+
+    out = tmp_path / "report.json"
+    rc = cli.main(["cpu", "--ops", "exp", "--max-examples", "0", "--json", str(out), "--quiet"])
+    cases = {c["id"]: c for d in json.loads(out.read_text())["devices"] for c in d["cases"]}
+    assert rc == 0 and cases["errors/out_of_memory_exp"]["status"] == "pass"

@@ -259,6 +259,11 @@ class KernelBackend(FusedKernels, PrimitiveKernels, BackendBase):
         n = x.size
         self.launch("copy", "fill_value", x.dtype, n, x, ints=[n], floats=[value])
 
+    def same_allocation(self, a: Any, b: Any) -> bool:
+        """Core's isolation check for two tensors' buffers (``DeviceBuffer``): the pool hands
+        a live runtime buffer to one ``DeviceBuffer`` only, so a shared ``raw`` is an alias."""
+        return getattr(a, "raw", a) is getattr(b, "raw", b)
+
     def synchronize(self) -> None:
         self.runtime.synchronize()
         self._stats.synchronizations += 1

@@ -107,7 +107,8 @@ class OpUnit:
       magnitudes; the malformed inputs that must raise before any backend call) and
       ``domain`` (bad values, ids out of range, that must raise ``DomainError``, on a
       device possibly at the next sync point).
-    * ``cost(args)``: bytes and flops of one call, for the throughput column.
+    * ``cost(args)``: bytes and flops of one call, for the throughput column; ``args`` are
+      the call's arguments in the public function's order, defaults filled in.
     * ``since``: the protocol version that added the method ((1, 0) for the first ones).
     """
 

@@ -175,14 +175,15 @@ def edges(*items: Params) -> tuple[Params, ...]:
 
 #: What every op over the last axis (softmax, LayerNorm, RMSNorm, GELU, ...) is checked on:
 #: rows and columns one past 64, 256 and 1024 (the chunk, team, tile and group sizes kernels
-#: use), a long row, size-1 axes, odd sizes, and each layout a view of rows can take.
+#: use; marked ``boundary``, as :func:`past_boundaries` marks its edges), a long row,
+#: size-1 axes, odd sizes, and each layout a view of rows can take.
 ROW_EDGES: tuple[Params, ...] = (
-    {"label": "65 rows (one past a 64-row chunk)", "shape": (65, 8)},
-    {"label": "257 rows", "shape": (257, 5)},
-    {"label": "1025 rows", "shape": (1025, 3)},
-    {"label": "65 columns", "shape": (3, 65)},
-    {"label": "257 columns", "shape": (2, 257)},
-    {"label": "1025 columns", "shape": (2, 1025)},
+    {"label": "65 rows (one past a 64-row chunk)", "shape": (65, 8), "boundary": True},
+    {"label": "257 rows", "shape": (257, 5), "boundary": True},
+    {"label": "1025 rows", "shape": (1025, 3), "boundary": True},
+    {"label": "65 columns", "shape": (3, 65), "boundary": True},
+    {"label": "257 columns", "shape": (2, 257), "boundary": True},
+    {"label": "1025 columns", "shape": (2, 1025), "boundary": True},
     {"label": "long row (4097)", "shape": (2, 4097)},
     {"label": "size-1 axes", "shape": (1, 1, 1)},
     {"label": "T=1", "shape": (1, 1, 33)},
@@ -199,6 +200,33 @@ def row_edges(*items: Params) -> tuple[Params, ...]:
     """:data:`ROW_EDGES` then ``items``, as :func:`edges` fills them in: the one list of
     row-op edges the row ops' sample modules share (they add their own after it)."""
     return edges(*ROW_EDGES, *items)
+
+
+#: The chunk, tile and group sizes kernels split rows and reduced axes into (LayerNorm's
+#: 64-row partial sums, 64-key flash blocks, 256-slot and 1024-thread groups).
+BOUNDARIES = (64, 256, 1024)
+#: (rows, columns) one past each boundary, kept thin so the edges stay cheap.
+PAST_BOUNDARIES = ((65, 257), (257, 65), (1025, 3), (3, 1025))
+
+
+def past_boundaries(make: Callable[[int, int], Params]) -> tuple[Params, ...]:
+    """Edges whose rows and whose columns go one past each of :data:`BOUNDARIES`, so a
+    kernel that drops or double-counts a last partial chunk fails on edges alone.
+    ``make(rows, columns)`` gives one edge's parameters. Marked ``boundary``: the capture
+    section, which checks recording and replay rather than kernels, leaves them out."""
+    return edges(*({**make(r, c), "boundary": True} for r, c in PAST_BOUNDARIES))
+
+
+#: (M, K, N) of a product: each of the three one past each boundary, kept thin.
+PAST_BOUNDARIES_MKN = (
+    (65, 257, 3), (257, 3, 65), (3, 65, 257), (1025, 3, 2), (2, 1025, 3), (3, 2, 1025),
+)  # fmt: skip
+
+
+def past_boundaries_mkn(make: Callable[[int, int, int], Params]) -> tuple[Params, ...]:
+    """:func:`past_boundaries` for products: rows M, reduced K and columns N each one past
+    each boundary. ``make(m, k, n)`` gives one edge's parameters."""
+    return edges(*({**make(m, k, n), "boundary": True} for m, k, n in PAST_BOUNDARIES_MKN))
 
 
 def rng_of(params: Params) -> np.random.Generator:

@@ -117,6 +117,13 @@ def upload(backend: Any, array: np.ndarray) -> Tensor:
             f"{arr.nbytes:,} bytes (shape {arr.shape}, {dt.name}): {type(exc).__name__}: {exc}"
         ) from exc
     _check_new(FROM_NUMPY, backend, out, Out(arr.shape, dt))
+    if _on_host(out.storage.buffer, arr):
+        raise _contract(
+            FROM_NUMPY,
+            backend,
+            "returned a tensor over the caller's array; "
+            "expected a copy (a later write to either would change the other)",
+        )
     return out
 
 
@@ -133,6 +140,13 @@ def download(x: Tensor) -> np.ndarray:
             x.backend,
             f"returned {got.strip()}; expected a numpy array of shape {x.shape} and dtype "
             f"{x.dtype.name}",
+        )
+    if _on_host(x.storage.buffer, out):
+        raise _contract(
+            TO_NUMPY,
+            x.backend,
+            "returned an array over the tensor's own buffer; "
+            "expected a copy (a later write to either would change the other)",
         )
     return out
 
@@ -249,6 +263,12 @@ def _swap_buffers(dst: Tensor, new: Tensor) -> None:
     """Swap, not overwrite: ``new``'s storage then releases dst's old buffer when it dies,
     so a backend's release hook (byte count, buffer pool) never frees the live one."""
     dst.storage.buffer, new.storage.buffer = new.storage.buffer, dst.storage.buffer
+
+
+def _on_host(buffer: Any, array: np.ndarray) -> bool:
+    """True when a numpy buffer and a host array share memory (a backend over numpy that
+    skipped the copy). Other buffer types are left to conformance's sentinel check."""
+    return type(buffer) is np.ndarray and bool(np.may_share_memory(buffer, array))
 
 
 def _contract(unit: OpUnit, backend: Any, what: str) -> BackendContractError:

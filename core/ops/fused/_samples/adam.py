@@ -18,7 +18,9 @@ def _build(p: smp.Params, ctx: smp.Ctx) -> smp.Example:
     v = m * 0.0 if first else m * m + smp.log_uniform(rng, s, 1e-8, 1.0)
     args = [smp.Arr(smp.normal(rng, s)), smp.Arr(smp.normal(rng, s)), smp.Arr(m), smp.Arr(v)]
     return smp.Example(
-        smp.label(p), args + [p["lr"], 0.9, 0.999, 1e-8, p["wd"], p["step"]], params=p
+        smp.label(p),
+        args + [p["lr"], *p.get("betas", (0.9, 0.999, 1e-8)), p["wd"], p["step"]],
+        params=p,
     )
 
 
@@ -36,7 +38,9 @@ EDGES = smp.edges(
     {"label": "first step (m = v = 0)", "shape": (33,), "lr": 1e-3, "wd": 0.0, "step": 1},
     {"label": "decay, late step", "shape": (5, 67), "lr": 0.1, "wd": 0.01, "step": 500},
     {"label": "empty", "shape": (0,), "lr": 0.1, "wd": 0.0, "step": 3},
-)
+    {"label": "beta1 0.5, beta2 0.9, eps 1e-3", "shape": (4, 9), "lr": 0.1, "wd": 0.01, "step": 4,
+     "betas": (0.5, 0.9, 1e-3)},
+)  # fmt: skip
 
 
 SAMPLES = {

@@ -38,7 +38,7 @@ def _build(p: smp.Params, ctx: smp.Ctx) -> smp.Example:
         norm, limit = smp.Arr(np.array(true)), 2.0 * true + 1.0
     elif clip in ("nan", "inf"):
         norm = smp.Arr(np.array(float(clip)))
-    hyper = [p["lr"], 0.9, 0.999, 1e-8, p["wd"], step]
+    hyper = [p["lr"], *p.get("betas", (0.9, 0.999, 1e-8)), p["wd"], step]
     return smp.Example(smp.label(p), [params, grads, ms, vs, *hyper, norm, limit], params=p)
 
 
@@ -76,6 +76,8 @@ EDGES = smp.edges(
      "lr": 1e-3, "wd": 0.01, "step": 7, "clip": "above"},
     {"label": "strided gradients", "shapes": [(4, 5), (6,)], "lr": 0.1, "wd": 0.0, "step": 5,
      "clip": "above", "layout": "transposed"},
+    {"label": "beta1 0.5, beta2 0.9, eps 1e-3", "shapes": [(4, 9), (5,)], "lr": 0.1,
+     "wd": 0.01, "step": 4, "clip": "below", "betas": (0.5, 0.9, 1e-3)},
 )  # fmt: skip
 
 

@@ -35,6 +35,7 @@ EDGES = smp.row_edges(
     {"label": "zero rows", "shape": (0, 6)},
     {"label": "a NaN makes its row NaN", "shape": (3, 8), "nan_row": True},
     {"label": "an Inf in r makes its row NaN", "shape": (3, 8), "inf_row": True},
+    {"label": "eps 0.1 (not the default)", "shape": (6, 5), "eps": 0.1},
 )
 #: The backward reads saved statistics, so NaN and Inf rows add nothing there.
 BACKWARD_EDGES = tuple(e for e in EDGES if not (e.get("nan_row") or e.get("inf_row")))
@@ -65,7 +66,7 @@ def _build_backward(p: smp.Params, ctx: smp.Ctx) -> smp.Example:
     sr = s.value.astype(ctx.dtype).astype(np.float64)  # statistics of what the op sees
     with np.errstate(invalid="ignore"):
         mu = sr.mean(axis=-1)
-        rs = 1.0 / np.sqrt(((sr - mu[..., None]) ** 2).mean(axis=-1) + 1e-5)
+        rs = 1.0 / np.sqrt(((sr - mu[..., None]) ** 2).mean(axis=-1) + p.get("eps", 1e-5))
     rng = np.random.default_rng(p["seed"] + 1)
     dy, ds = smp.normal(rng, p["shape"]), smp.normal(rng, p["shape"])
     args = [

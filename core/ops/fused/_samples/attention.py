@@ -36,6 +36,12 @@ EDGES = smp.edges(
     _e("transposed", 1, 2, 6, 6, True, layout="transposed"),
     _e("offset x[1:]", 1, 2, 9, 3, False, layout="offset"),
     _e("rows x[..., :D]", 1, 1, 11, 6, True, layout="rows"),
+    # a scale that is not 1/sqrt(D): a kernel that derives its own from D fails here
+    _e("scale 0.3, not 1/sqrt(D)", 1, 2, 33, 8, True, scale=0.3),
+    _e("scale 2, not causal", 2, 1, 17, 4, False, scale=2.0),
+    # one past the 256 and 1024 boundaries (65 is in _LENGTHS)
+    _e("T=257", 1, 1, 257, 3, True, boundary=True),
+    _e("T=1025, not causal", 1, 1, 1025, 2, False, scale=0.25, boundary=True),
 )
 
 
@@ -68,11 +74,11 @@ def qkv(p: smp.Params) -> tuple[np.ndarray, ...]:
     return q, k, v, smp.normal(rng, shape)
 
 
-def score_max(q: np.ndarray, k: np.ndarray) -> float:
+def score_max(q: np.ndarray, k: np.ndarray, scale: float) -> float:
     """The largest |score| of an example (0 when empty), recorded in its params."""
     if not q.size:
         return 0.0
-    return float(np.abs(q @ np.swapaxes(k, -1, -2)).max() / np.sqrt(q.shape[-1]))
+    return float(np.abs(q @ np.swapaxes(k, -1, -2)).max() * scale)
 
 
 #: Builds a backward example from its params (score bound recorded), the context, the host
@@ -89,8 +95,8 @@ def attention_samples(backward: BackwardExample | None = None) -> smp.Samples:
 
     def build(p: smp.Params, ctx: smp.Ctx) -> smp.Example:
         q, k, v, do = qkv(p)
-        p = {**p, "score_max": score_max(q, k)}
-        scale = 1.0 / math.sqrt(p["d"])
+        scale = float(p.get("scale", 1.0 / math.sqrt(p["d"])))
+        p = {**p, "score_max": score_max(q, k, scale)}
         lay = p["layout"]
         args = [smp.Arr(q, layout=lay), smp.Arr(k, layout=lay), smp.Arr(v, layout=lay)]
         if backward is None:

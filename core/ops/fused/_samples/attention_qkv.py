@@ -58,6 +58,13 @@ EDGES = smp.edges(
     _e("qkv last axis strided", 1, 2, 11, 6, True, False, layout="sliced"),
     _e("qkv [B, 3C, T] transposed, flash", 2, 2, 7, 3, True, True, layout="transposed"),
     _e("qkv repeated over B (stride 0)", 3, 2, 6, 5, False, True, layout="broadcast"),
+    # a scale that is not 1/sqrt(D): a kernel that derives its own from D fails here
+    _e("scale 0.3, not 1/sqrt(D)", 1, 2, 33, 8, True, False, scale=0.3),
+    _e("scale 2, flash, not causal", 2, 1, 17, 4, False, True, scale=2.0),
+    # one past the 256 and 1024 boundaries (65 is in _LENGTHS)
+    _e("T=257", 1, 1, 257, 3, True, False, boundary=True),
+    _e("T=257, flash", 1, 1, 257, 3, True, True, boundary=True),
+    _e("T=1025, flash, not causal", 1, 1, 1025, 2, False, True, scale=0.25, boundary=True),
 )
 
 BENCH = _e("bench", 1, 4, 256, 64, True, False)
@@ -90,8 +97,8 @@ def _samples(backward: bool) -> smp.Samples:
             np.swapaxes(fused.value[..., i * c : (i + 1) * c].reshape(shape), 1, 2)
             for i in range(3)
         )
-        p = {**p, "score_max": score_max(qh, kh)}
-        scale = 1.0 / math.sqrt(p["d"])
+        scale = float(p.get("scale", 1.0 / math.sqrt(p["d"])))
+        p = {**p, "score_max": score_max(qh, kh, scale)}
         kwargs = {"causal": p["causal"], "flash": p["flash"]}
         if not backward:
             return smp.Example(smp.label(p), [fused, h, scale], kwargs, params=p)

@@ -25,7 +25,7 @@ EDGES = smp.edges(
     {"label": "transposed logits", "n": 13, "v": 6, "layout": "transposed"},
     {"label": "offset logits x[1:]", "n": 5, "v": 8, "layout": "offset"},
     {"label": "rows x[:, :k]", "n": 4, "v": 7, "layout": "rows"},
-)
+) + smp.past_boundaries(lambda r, c: {"label": f"N={r}, V={c}", "n": r, "v": c})
 
 
 def _draw(d: smp.Draw) -> smp.Params:

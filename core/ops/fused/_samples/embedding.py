@@ -35,6 +35,8 @@ EDGES = smp.edges(
     {"label": "no ids", "v": 4, "c": 5, "lead": (0,)},
     {"label": "transposed", "v": 13, "c": 9, "lead": (2, 3), "layout": "transposed"},
     {"label": "offset x[1:]", "v": 6, "c": 7, "lead": (4,), "layout": "offset"},
+) + smp.past_boundaries(
+    lambda r, c: {"label": f"{r} ids of width {c}", "v": 7, "c": c, "lead": (r,), "repeated": True}
 )
 
 

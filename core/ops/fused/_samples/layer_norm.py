@@ -26,6 +26,7 @@ EDGES = smp.row_edges(
     {"label": "width 1 (zero variance)", "shape": (5, 1)},
     {"label": "zero rows", "shape": (0, 6)},
     {"label": "a NaN makes its row NaN", "shape": (3, 8), "nan_row": True},
+    {"label": "eps 0.1 (not the default)", "shape": (6, 5), "eps": 0.1},
 )
 
 
@@ -47,7 +48,7 @@ def _build_backward(p: smp.Params, ctx: smp.Ctx) -> smp.Example:
     xr = x.value.astype(ctx.dtype).astype(np.float64)  # statistics of what the op sees
     with np.errstate(invalid="ignore"):
         mu = xr.mean(axis=-1)
-        r = 1.0 / np.sqrt(((xr - mu[..., None]) ** 2).mean(axis=-1) + 1e-5)
+        r = 1.0 / np.sqrt(((xr - mu[..., None]) ** 2).mean(axis=-1) + p.get("eps", 1e-5))
     dy = smp.normal(np.random.default_rng(p["seed"] + 1), p["shape"])
     return smp.Example(
         smp.label(p),

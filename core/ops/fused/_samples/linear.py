@@ -28,7 +28,7 @@ EDGES = smp.edges(
     _e("x offset x[1:]", 6, 9, 5, layout="offset"),
     _e("x rows x[:, :k]", 7, 6, 11, layout="rows"),
     _e("NaN and inf in x", 6, 5, 4, special=True),
-)
+) + smp.past_boundaries_mkn(lambda m, k, n: _e(f"{m}x{k} @ {k}x{n}", m, k, n))
 
 
 def _draw(d: smp.Draw) -> smp.Params:

@@ -32,7 +32,7 @@ EDGES = smp.edges(
     _e("large |h| (up to 1e4)", 5, 3, 40, large=True),
     _e("large |h|, erf form", 5, 3, 40, "none", large=True),
     _e("NaN and inf in x", 6, 5, 4, special=True),
-)
+) + smp.past_boundaries_mkn(lambda m, k, n: _e(f"{m}x{k} @ {k}x{n}", m, k, n))
 
 
 def _draw(d: smp.Draw) -> smp.Params:

@@ -52,7 +52,10 @@ EDGES = smp.edges(
     _e("offset x[1:]", (2,), 6, 9, 5, False, False, layout="offset"),
     _e("rows x[:, :k]", (), 7, 6, 11, False, True, layout="rows", layout_b="permuted"),
     _e("NaN and inf in a", (), 6, 5, 4, False, False, special=True),
-)
+    # square operands: a kernel that ignores the flag still gets the shapes right
+    _e("square b, transpose_b", (), 5, 9, 9, False, True),
+    _e("square a, transpose_a", (2,), 7, 7, 3, True, False),
+) + smp.past_boundaries_mkn(lambda m, k, n: _e(f"{m}x{k} @ {k}x{n}", (), m, k, n, False, False))
 
 
 SAMPLES = {

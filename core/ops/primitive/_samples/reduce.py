@@ -50,6 +50,12 @@ def _reduce_samples(op: str) -> smp.Samples:
         {"label": "rows with -inf", "shape": (4, 10), "axes": (1,), "keepdims": False,
          "neg_inf": True},
     )  # fmt: skip
+    e += smp.past_boundaries(
+        lambda r, c: {"label": f"{r} rows of {c}", "shape": (r, c), "axes": (1,), "keepdims": False}
+    ) + smp.past_boundaries(
+        lambda r, c: {"label": f"{r} rows of {c}, down the rows", "shape": (r, c), "axes": (0,),
+                      "keepdims": True}
+    )  # fmt: skip
     if op == "sum":
         e += smp.edges({"label": "empty axis", "shape": (3, 0), "axes": (1,), "keepdims": False})
     bench = {"shape": (1024, 1024), "axes": (1,), "keepdims": False}
@@ -75,7 +81,7 @@ _ARGMAX_EDGES = smp.edges(
     {"label": "transposed", "shape": (7, 33), "ties": True, "layout": "transposed"},
     {"label": "offset x[1:]", "shape": (5, 8), "layout": "offset"},
     {"label": "NaN (first NaN wins) and +-inf", "shape": (8, 13), "special": True},
-)
+) + smp.past_boundaries(lambda r, c: {"label": f"{r} rows of {c}", "shape": (r, c), "ties": True})
 
 
 def _reduce_errors(op: str, fn: Any) -> tuple[smp.ErrorSample, ...]:

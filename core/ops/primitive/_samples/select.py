@@ -96,7 +96,7 @@ SAMPLES = {
     ),
     "compare": smp.SampleSet(
         smp.Samples(
-            _build_compare, tuple({**e, "cmp": c} for e in EDGES for c in ("eq", "lt", "ge", "ne")),
+            _build_compare, tuple({**e, "cmp": c} for e in EDGES for c in COMPARE_OPS),
             _draw_compare, bench={"shape": (1024, 1024), "cmp": "lt"},
         ),
         (
