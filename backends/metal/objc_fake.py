@@ -456,6 +456,7 @@ class FakeObjC:
         self.retains: Counter[int] = Counter()
         self.releases: Counter[int] = Counter()
         self.made: Counter[str] = Counter()
+        self.ever: dict[int, str] = {}  # every counted object's handle and class
         self.sent: Counter[str] = Counter()
         self._classes = {
             name: FakeClass(self, name, make)
@@ -538,6 +539,7 @@ class FakeObjC:
         self._objects[self._next] = obj
         if counted:
             self.made[obj.cls_name] += 1
+            self.ever[self._next] = obj.cls_name
         return self._next
 
     def object(self, handle: int, kind: type) -> Any:
