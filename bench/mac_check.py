@@ -213,8 +213,11 @@ def machine_info(backend: str) -> dict[str, Any]:
             "reason": entry.reason or ("" if devices else "no device"),
             "devices": [{"name": d.name, "details": dict(d.details)} for d in devices],
         }
-    runtimes = {str(d["details"].get("runtime", "")) for d in info["metal"].get("devices", [])}
-    info["standin"] = any("stand-in" in r for r in runtimes)
+    devices = info["metal"].get("devices", [])
+    runtimes = {f"{d['details'].get('runtime', '')} {d['details'].get('runtime_why', '')}"
+                for d in devices}  # fmt: skip
+    info["standin"] = any("stand-in" in r or "fake" in r for r in runtimes)
+    info["metal_runtime"] = "; ".join(sorted(r.strip() for r in runtimes))
     return info
 
 
@@ -473,6 +476,7 @@ def part_calls(out: Path, backend: str, prof: dict[str, Any]) -> dict[str, Any]:
             "uploads": stats["uploads"],
             "downloads": stats["downloads"],
             "host_waits": stats.get("drains"),
+            "command_buffers": stats.get("command_buffers", stats["launches"]),
             "uploads_without_wait": stats.get("upload_waits_skipped"),
         },
         "dispatches_by_kernel": dict(kernels.most_common()),
@@ -484,7 +488,8 @@ def part_calls(out: Path, backend: str, prof: dict[str, Any]) -> dict[str, Any]:
     (out / "calls.json").write_text(json.dumps(result, indent=2))
     per = result["per_training_step"]
     detail = (
-        f"{per['dispatches']} dispatches and {per['host_waits']} host wait(s) per step; "
+        f"{per['dispatches']} dispatches, {per['command_buffers']} command buffer(s) and "
+        f"{per['host_waits']} host wait(s) per step; "
         f"{dispatch_us:.0f} us per queued dispatch, {roundtrip_us:.0f} us round trip"
     )
     return {"status": "pass", "detail": detail, **result}
@@ -509,6 +514,7 @@ def write_summary(out: Path, info: dict[str, Any], parts: dict[str, dict[str, An
         f"riftco {v.get('riftco')} {info.get('git') or ''}".rstrip(),
         f"- `make train` (backend auto) uses: **{auto['backend']}** ({auto['why']})",
         f"- default install brings metalcompute here: {brings}",
+        f"- Metal runtime: {info.get('metal_runtime') or '-'}",
     ]
     metal = info["metal"]
     if metal["available"]:
