@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import gc
+import warnings
 
 import numpy as np
 import pytest
@@ -301,3 +302,64 @@ def test_training_at_group_size_1024_follows_the_cpu_backend(monkeypatch, regist
     got = _losses(metal, 6)
     want = _losses(riftco.device("cpu"), 6)
     np.testing.assert_allclose(got, want, rtol=2e-4)
+
+
+# -- 4. choosing the runtime -----------------------------------------------------------------
+@pytest.fixture
+def on_a_mac(monkeypatch, registry):
+    """The backend module believing it runs on macOS, with its system probe forgotten."""
+    from riftco.backends.metal import backend as mb
+
+    monkeypatch.setattr(mb.sys, "platform", "darwin")
+    monkeypatch.setattr(mb, "_SYSTEM_PROBE", {})
+    monkeypatch.delenv("RIFTCO_METAL_STANDIN", raising=False)
+    monkeypatch.delenv("RIFTCO_METAL_RUNTIME", raising=False)
+    return mb
+
+
+@needs_cl
+def test_on_a_mac_the_objc_runtime_is_the_default(on_a_mac, monkeypatch):
+    from riftco.backends.metal.objc_fake import FakeObjC
+
+    monkeypatch.setattr(objc_mod, "load_system_library", FakeObjC)
+    choice = on_a_mac.choose_runtime()
+    assert (choice.kind, choice.why) == ("objc", "objc (the default)")
+    assert on_a_mac.MetalBackend.is_available() == (True, "")
+    (info,) = on_a_mac.MetalBackend.devices()
+    assert info.details["runtime"] == "objc" and info.details["unified_memory"] is True
+    backend = on_a_mac.MetalBackend(0)
+    assert backend.runtime_kind == "objc"
+    np.testing.assert_array_equal(
+        backend.sqrt(backend.from_numpy(_f32([4, 9]))).numpy(), _f32([2, 3])
+    )
+    backend.runtime.close()
+
+
+@needs_cl
+def test_on_a_mac_a_failing_objc_runtime_falls_back_to_metalcompute_and_says_so(
+    on_a_mac, monkeypatch
+):
+    from riftco.backends.metal import standin
+
+    def no_libobjc():
+        raise OSError("dlopen(/usr/lib/libobjc.A.dylib) failed (test)")
+
+    monkeypatch.setattr(objc_mod, "load_system_library", no_libobjc)
+    monkeypatch.setattr(on_a_mac, "load_metalcompute", lambda: (standin, ""))
+    with pytest.warns(RuntimeWarning, match=r"objc runtime could not start .*\(test\)"):
+        choice = on_a_mac.choose_runtime()
+    assert choice.kind == "metalcompute" and "using metalcompute" in choice.why
+    monkeypatch.setattr(on_a_mac, "load_metalcompute", lambda: (None, "not installed (test)"))
+    with warnings.catch_warnings(record=True) as said:  # nothing to fall back to
+        warnings.simplefilter("always")
+        ok, reason = on_a_mac.MetalBackend.is_available()
+    assert not said and not ok
+    assert "objc runtime could not start" in reason and "not installed (test)" in reason
+
+
+def test_an_unknown_runtime_name_is_refused_with_the_choices(monkeypatch, registry):
+    from riftco.backends.metal.backend import MetalBackend
+
+    monkeypatch.setenv("RIFTCO_METAL_RUNTIME", "swift")
+    ok, reason = MetalBackend.is_available()
+    assert not ok and "RIFTCO_METAL_RUNTIME='swift'" in reason and "objc, metalcompute" in reason
