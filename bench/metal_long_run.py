@@ -48,7 +48,9 @@ CHECKPOINTS = (100, 1000, 2500)
 WINDOW = 20
 
 
-def _backend(kind: str) -> Any:
+def standin_device(kind: str) -> Any:
+    """The ``metal`` device on ``kind``'s Linux stand-in (the metalcompute one with its run
+    dictionary modelled)."""
     import riftco
     from riftco import plugins
 
@@ -63,24 +65,49 @@ def _backend(kind: str) -> Any:
     return riftco.device("metal")
 
 
-def _live(kind: str, backend: Any) -> dict[str, int]:
-    if kind == "objc":
-        live = backend.runtime.objc.library.live()
-        return {"live_objects": sum(live.values()), "live_command_buffers":
-                live["MTLCommandBuffer"]}  # fmt: skip
+def _peak_rss_mb() -> float:
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
+    return peak / (2**20 if sys.platform == "darwin" else 2**10)
+
+
+def _live(backend: Any) -> dict[str, Any]:
+    """What the runtime holds: counted objects on the fakes; memory everywhere."""
+    out: dict[str, Any] = {
+        "peak_rss_mb": _peak_rss_mb(),
+        "reserved_mb": backend.memory_stats().get("reserved_bytes", 0) / 2**20,
+        "param_buffers_cached": len(backend._constants),
+    }
+    library = getattr(getattr(backend.runtime, "objc", None), "library", None)
+    if hasattr(library, "live"):  # the fake Objective-C runtime counts what is alive
+        live = library.live()
+        out.update(live_objects=sum(live.values()), live_command_buffers=live["MTLCommandBuffer"])
+    elif getattr(backend, "runtime_kind", "") == "metalcompute":
+        from riftco.backends.metal import standin
+
+        if standin.RUNS.enabled:  # metalcompute's never-pruned run dictionary, modelled
+            out.update(live_objects=standin.RUNS.entries,
+                       live_command_buffers=standin.RUNS.entries)  # fmt: skip
+    return out
+
+
+def _scanned() -> int:
     from riftco.backends.metal import standin
 
-    return {"live_objects": standin.RUNS.entries, "live_command_buffers": standin.RUNS.entries}
+    return standin.RUNS.scanned if standin.RUNS.enabled else 0
 
 
-def run(kind: str, steps: int, model: str, capture: bool) -> list[dict[str, Any]]:
+def run(device: Any, steps: int, model: str, capture: bool = True,
+        say: Any = print) -> list[dict[str, Any]]:  # fmt: skip
+    """Train ``model`` on ``device`` for ``steps`` steps; a row per checkpoint."""
     from riftco.nn import GPT, GPTConfig
     from riftco.train.data import CharDataset, load_text
     from riftco.train.loop import TrainConfig, Trainer
 
     m = MODELS[model]
-    device = _backend(kind)
     backend = device.backend
+    kind = getattr(backend, "runtime_kind", "") or "?"
     text, source = load_text(None)
     data = CharDataset.from_text(text, m["context"], source)
     cfg = GPTConfig(vocab=data.tokenizer.vocab_size, context=m["context"], layers=m["layers"],
@@ -95,7 +122,7 @@ def run(kind: str, steps: int, model: str, capture: bool) -> list[dict[str, Any]
         measured = step in marks
         if measured:
             backend.reset_transfer_stats()
-            scanned0 = _scanned(kind)
+            scanned0 = _scanned()
         t0, c0 = time.perf_counter(), time.process_time()
         loss = trainer.train_step()
         times.append(time.perf_counter() - t0)
@@ -107,23 +134,19 @@ def run(kind: str, steps: int, model: str, capture: bool) -> list[dict[str, Any]
                 "runtime": kind, "step": step, "loss": float(loss),
                 "ms_per_step": 1e3 * sum(window) / len(window),
                 "cpu_ms_per_step": 1e3 * sum(cpu[-WINDOW:]) / len(window),
-                "param_buffers_cached": len(backend._constants),
                 "dispatches": stats["launches"],
                 "command_buffers": stats.get("command_buffers", stats["launches"]),
                 "host_waits": stats.get("drains"),
-                "entries_scanned": _scanned(kind) - scanned0,
-                **_live(kind, backend),
+                "entries_scanned": _scanned() - scanned0,
+                **_live(backend),
             })  # fmt: skip
-            print(f"  {kind} step {step}: {rows[-1]}", flush=True)
+            say(f"  {kind} step {step}: {rows[-1]}")
     return rows
 
 
-def _scanned(kind: str) -> int:
-    if kind != "metalcompute":
-        return 0
-    from riftco.backends.metal import standin
-
-    return standin.RUNS.scanned
+COLUMNS = ["runtime", "step", "ms_per_step", "cpu_ms_per_step", "dispatches",
+           "command_buffers", "host_waits", "live_objects", "param_buffers_cached",
+           "live_command_buffers", "entries_scanned", "peak_rss_mb"]  # fmt: skip
 
 
 def main() -> None:
@@ -137,7 +160,7 @@ def main() -> None:
     kinds = ("objc", "metalcompute") if args.runtime == "both" else (args.runtime,)
     rows = []
     for kind in kinds:
-        rows += run(kind, args.steps, args.model, not args.no_capture)
+        rows += run(standin_device(kind), args.steps, args.model, not args.no_capture)
     result = {
         "machine": machine(),
         "model": {args.model: MODELS[args.model]},
@@ -147,10 +170,7 @@ def main() -> None:
         "note": "PoCL on a CPU, on riftco's fakes of Metal: not measured on a Mac",
     }
     print(json.dumps(result, indent=1))
-    cols = ["runtime", "step", "ms_per_step", "cpu_ms_per_step", "dispatches",
-            "command_buffers", "host_waits", "live_objects", "param_buffers_cached",
-            "live_command_buffers", "entries_scanned"]  # fmt: skip
-    print(table(rows, cols))
+    print(table(rows, COLUMNS))
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))
 
