@@ -222,6 +222,56 @@ def test_pipeline_states_are_made_once_per_function(rt):
     assert fake.made["MTLComputePipelineState"] == made + 1
 
 
+def test_a_kernel_outlives_its_program(rt):
+    """Found by the fake (a message to a freed pipeline): the kernel object must keep its
+    pipeline state alive after the program object is gone, and release it once after."""
+    fake, runtime, _, _ = rt
+    kernel = runtime.compile(
+        "__kernel void one(__global float* x) { x[0] = 1.0f; }", "one.cl"
+    ).kernel("one")
+    gc.collect()  # the program (and its library) is gone
+    x = runtime.allocate(4)
+    runtime.launch(kernel, 1, [x])
+    np.testing.assert_array_equal(runtime.download(x, 4).view(np.float32), [1.0])
+    pipeline = kernel.pipeline
+    del kernel
+    gc.collect()
+    assert fake.releases[pipeline] == fake.retains[pipeline] + 1
+
+
+@pytest.mark.parametrize("fast", [False, True], ids=["safe math (default)", "fast math"])
+def test_math_mode_reaches_the_compiler(fake, fast):
+    """The runtime compiles with safe math unless asked (docs/DECISIONS.md), and the fake
+    honours the options it is given: PoCL folds ``x != x`` to false under fast math."""
+    runtime = ort.ObjCMetalRuntime(fake, fast_math=fast)
+    try:
+        probe = runtime.compile(
+            "__kernel void probe(__global float* out, __global const float* x)"
+            " { out[0] = x[0] != x[0] ? 1.0f : 0.0f; }",
+            "probe.cl",
+        ).kernel("probe")
+        out, x = runtime.allocate(4), runtime.allocate(4)
+        runtime.upload(x, _f32([np.nan]))
+        runtime.launch(probe, 1, [out, x])
+        got = runtime.download(out, 4).view(np.float32)[0]
+        assert got == (0.0 if fast else 1.0), f"fast_math={fast}: NaN != NaN gave {got}"
+    finally:
+        runtime.close()
+
+
+def test_the_backend_compiles_with_safe_math_unless_told(fake, monkeypatch):
+    from riftco.backends.metal.backend import MetalBackend
+
+    monkeypatch.delenv("RIFTCO_FAST_MATH", raising=False)
+    backend = MetalBackend(0, objc_library=fake)
+    assert backend.runtime.fast_math is False
+    backend.runtime.close()
+    monkeypatch.setenv("RIFTCO_FAST_MATH", "1")
+    backend = MetalBackend(0, objc_library=fake)
+    assert backend.runtime.fast_math is True
+    backend.runtime.close()
+
+
 def _balanced(fake) -> list[str]:
     """Objects whose releases differ from their retains + 1 (the +1 of their creation)."""
     return [

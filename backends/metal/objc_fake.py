@@ -230,7 +230,7 @@ class Pipeline(FakeObject):
         self.num_args = int(self.kernel.get_info(cl.kernel_info.NUM_ARGS))
         g = rt.group_size or GROUP_CHOICES[zlib.crc32(self.name.encode()) % len(GROUP_CHOICES)]
         limit = self.kernel.get_work_group_info(
-            cl.kernel_work_group_info.WORK_GROUP_SIZE, rt.cl_runtime(True).device
+            cl.kernel_work_group_info.WORK_GROUP_SIZE, rt.cl_runtime(False).device
         )
         self.max_threads = min(g, int(limit) // 32 * 32)
 

@@ -102,15 +102,15 @@ class ObjCProgram:
         self.name = name
         self.build_log = log
         self._kernels: dict[str, ObjCKernel] = {}
-        owned = [library]
-        self._owned = owned
-        weakref.finalize(self, runtime._release_later, owned)
+        weakref.finalize(self, runtime._release_later, [library])
 
     def kernel(self, name: str) -> ObjCKernel:
+        """The function's pipeline state, made once; it lives as long as the kernel object
+        (which may outlive this program, as an OpenCL kernel keeps its program)."""
         k = self._kernels.get(name)
         if k is None:
             k = self._kernels[name] = self._runtime._pipeline(self, name)
-            self._owned.append(k.pipeline)
+            weakref.finalize(k, self._runtime._release_later, [k.pipeline])
         return k
 
 
