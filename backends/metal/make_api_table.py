@@ -117,7 +117,7 @@ def _functions(text: str) -> dict[str, Any]:
     for node in ast.walk(ast.parse(text)):
         if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "functions":
             try:
-                return ast.literal_eval(node.value)  # type: ignore[no-any-return]
+                return ast.literal_eval(node.value)
             except ValueError:
                 break
     return {}

@@ -177,7 +177,7 @@ class SystemLibrary:
         return self._objc.sel_registerName(name)
 
     def message_function(self, prototype: str) -> Callable[..., Any]:
-        return ffi.cast(prototype, self._send)  # type: ignore[no-any-return]
+        return ffi.cast(prototype, self._send)
 
     def create_system_default_device(self) -> Any:
         return self._metal.MTLCreateSystemDefaultDevice()
@@ -263,7 +263,7 @@ class ObjC:
 
     def string(self, text: str) -> int:
         """An autoreleased ``NSString`` (call under :meth:`autorelease_pool`)."""
-        return self.send(self.cls("NSString"), "stringWithUTF8String:", text.encode())  # type: ignore[no-any-return]
+        return self.send(self.cls("NSString"), "stringWithUTF8String:", text.encode())
 
     def text(self, nsstring: int) -> str:
         """The Python text of an ``NSString`` handle ('' for nil)."""

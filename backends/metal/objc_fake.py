@@ -65,7 +65,7 @@ class ObjCFault(RuntimeError):
 
 def load_table() -> dict[str, Any]:
     text = resources.files("riftco.backends.metal").joinpath("api_table.json").read_text()
-    return json.loads(text)  # type: ignore[no-any-return]
+    return json.loads(text)
 
 
 def prototype_of(entry: dict[str, Any]) -> str:
