@@ -173,6 +173,18 @@ def test_upload_into_a_buffer_pending_work_reads_waits_for_it(rt):
     np.testing.assert_array_equal(runtime.download(b, 8).view(np.float32), [1, 2])
 
 
+def test_upload_waits_for_a_committed_command_buffer_still_in_flight(rt, monkeypatch):
+    monkeypatch.setattr(ort, "MAX_BATCH", 1)  # every dispatch committed at once, not waited
+    fake, runtime, copy, _ = rt
+    a, b = runtime.allocate(8), runtime.allocate(8)
+    runtime.upload(a, _f32([1, 2]))
+    runtime.launch(copy, 2, [a, b])
+    assert runtime.counters["command_buffers"] == 1 and fake.dispatches_run == 0
+    runtime.upload(a, _f32([7, 8]))  # in flight, committed: still reads a
+    assert fake.dispatches_run == 1
+    np.testing.assert_array_equal(runtime.download(b, 8).view(np.float32), [1, 2])
+
+
 def test_upload_into_an_unused_buffer_does_not_submit(rt):
     fake, runtime, copy, _ = rt
     a, b, c = (runtime.allocate(8) for _ in range(3))
