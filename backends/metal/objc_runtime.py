@@ -102,7 +102,7 @@ class ObjCProgram:
         self.name = name
         self.build_log = log
         self._kernels: dict[str, ObjCKernel] = {}
-        weakref.finalize(self, runtime._release_later, [library])
+        runtime._release_with(self, [library])
 
     def kernel(self, name: str) -> ObjCKernel:
         """The function's pipeline state, made once; it lives as long as the kernel object
@@ -110,7 +110,7 @@ class ObjCProgram:
         k = self._kernels.get(name)
         if k is None:
             k = self._kernels[name] = self._runtime._pipeline(self, name)
-            weakref.finalize(k, self._runtime._release_later, [k.pipeline])
+            self._runtime._release_with(k, [k.pipeline])
         return k
 
 
@@ -181,7 +181,7 @@ class ObjCMetalRuntime:
             raise MemoryError(f"{self.device_name}: newBufferWithLength:{n} returned nil")
         view = np.frombuffer(ffi.buffer(send(handle, "contents"), n), dtype=np.uint8)
         buf = ObjCBuffer(handle, n, view)
-        weakref.finalize(buf, self._release_later, [handle])
+        self._release_with(buf, [handle])
         return buf
 
     def _uses(self, handle: int) -> _Batch | None:
@@ -335,6 +335,11 @@ class ObjCMetalRuntime:
         if self._batch is not None:
             return self._batch.number
         return self._in_flight[-1].number if self._in_flight else 0
+
+    def _release_with(self, owner: object, handles: list[int]) -> None:
+        """Release ``handles`` when ``owner`` is collected; not at interpreter exit, where
+        the process's end frees everything and the library may already be gone."""
+        weakref.finalize(owner, self._release_later, handles).atexit = False
 
     def _release_later(self, handles: list[int]) -> None:
         """Release ``handles`` now, or once the command buffers that may use them are done."""
