@@ -8,6 +8,7 @@
    buffer faults and recovery, compiler logs, and lifetimes balanced object by object.
 3. A short training run through the real runtime code at threadgroup size 1024, against
    the CPU backend from the same weights and batches.
+4. Choosing the runtime: objc by default on a Mac, metalcompute as an announced fallback.
 """
 
 from __future__ import annotations
