@@ -48,7 +48,7 @@ test-pip-pocl: $(STAMP)
 
 CONFORMANCE_HOST := conformance-cpu conformance-cffi_example conformance-native conformance-cuda
 CONFORMANCE_GPU := conformance-opencl conformance-opencl-fast96 conformance-opencl-fast352 \
-	conformance-metal-standin
+	conformance-metal-standin conformance-metal-objc-fake conformance-metal-objc-fake1024
 conformance: $(CONFORMANCE_HOST) $(CONFORMANCE_GPU)
 conformance-gpu: $(CONFORMANCE_GPU)
 
@@ -78,7 +78,17 @@ conformance-opencl-fast352: $(STAMP)
 	@if $(HAVE_OPENCL); then RIFTCO_FAST_MATH=1 RIFTCO_OPENCL_GROUP_SIZE=352 \
 	  $(BIN)/riftco conformance opencl --dtypes float32 --quiet; fi
 conformance-metal-standin: $(STAMP)
-	@if $(HAVE_OPENCL); then RIFTCO_METAL_STANDIN=1 $(BIN)/riftco conformance metal --quiet; fi
+	@if $(HAVE_OPENCL); then RIFTCO_METAL_STANDIN=1 RIFTCO_METAL_RUNTIME=metalcompute \
+	  $(BIN)/riftco conformance metal --quiet; fi
+# riftco's own Metal runtime (objc_runtime.py, the default) on the fake Objective-C runtime
+# over OpenCL (objc_fake.py): as it compiles (safe math) at per-pipeline group sizes, and at
+# group size 1024, what Metal reports for nearly every pipeline.
+conformance-metal-objc-fake: $(STAMP)
+	@if $(HAVE_OPENCL); then RIFTCO_METAL_STANDIN=1 RIFTCO_METAL_RUNTIME=objc \
+	  $(BIN)/riftco conformance metal --quiet; fi
+conformance-metal-objc-fake1024: $(STAMP)
+	@if $(HAVE_OPENCL); then RIFTCO_METAL_STANDIN=1 RIFTCO_METAL_RUNTIME=objc \
+	  RIFTCO_STANDIN_GROUP_SIZE=1024 $(BIN)/riftco conformance metal --quiet; fi
 
 train: $(STAMP)
 	$(BIN)/riftco train

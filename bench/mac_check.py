@@ -2,30 +2,41 @@
 
     make mac-check                         # on a Mac (the real Metal backend)
     python bench/mac_check.py [--quick] [--out DIR] [--steps 300] [--bench-steps 20]
-    RIFTCO_METAL_STANDIN=1 make mac-check MAC_CHECK_ARGS=--quick   # Linux: the stand-in
+                              [--runtimes objc,metalcompute]
+    RIFTCO_METAL_STANDIN=1 make mac-check MAC_CHECK_ARGS=--quick   # Linux: the stand-ins
 
-Nobody who works on riftco has a Mac, so the first real run is a user's. This runs, in
-order, and writes everything into DIR (default ``runs/mac-check-<UTC time>``) plus
-``DIR.zip`` to attach to an issue:
+Nobody who works on riftco has a Mac, so the first real run is a user's. This checks each
+Metal runtime in turn (riftco's own ``objc``, the default, then ``metalcompute``; set
+through ``RIFTCO_METAL_RUNTIME``) and writes everything into DIR (default
+``runs/mac-check-<UTC time>``) plus ``DIR.zip`` to attach to an issue:
 
 - ``machine.json``: macOS version, chip, Rosetta or not, Python, metalcompute, riftco
-  (git commit), PyTorch and MLX versions, what ``auto`` picks (what `make train` uses)
-  and whether this install's requirements bring metalcompute here; ``backends.txt``.
-- ``conformance.txt``/``.json`` (and ``.html`` when ``riftco conformance`` offers
-  ``--html``): ``riftco conformance metal``, every op against the float64 CPU reference.
-- ``train.log``, ``loss.png``: ``riftco train --backend metal --steps 300``.
-- ``bench.json``: ms per training step of the bench model (bench/train_step.py, config
-  small) on metal (both attention modes) against native and, when installed, PyTorch on
-  MPS and MLX on the GPU; every contender starts from the same weights and the first
-  losses must agree.
-- ``calls.json``: Metal calls per training step (dispatches by kernel, parameter buffers,
-  host waits) and the cost of one dispatch, round trip and parameter buffer: the numbers
-  docs/METAL.md lists as open.
-- ``summary.md``: what passed and what did not, in a form to paste into an issue.
+  (git commit), PyTorch and MLX versions, what ``auto`` picks (what `make train` uses),
+  whether this install's requirements bring metalcompute here, and which runtimes could
+  start (and why not); ``backends.txt``.
+- per runtime, in ``DIR/<runtime>/``:
+  - ``conformance.txt``/``.json`` (and ``.html`` when ``riftco conformance`` offers
+    ``--html``): ``riftco conformance metal``, every op against the float64 CPU reference;
+    for ``objc`` a second pass under ``MTL_SHADER_VALIDATION=1``
+    (``conformance-validation.*``);
+  - ``train.log``, ``loss.png``: ``riftco train --backend metal --steps 300``;
+  - ``long_run.json``: the ``make train`` model for 2,500 steps in this process
+    (bench/metal_long_run.py): ms/step, command buffers, host waits and memory at steps
+    100, 1,000 and 2,500 (does anything grow?);
+  - ``bench.json``: ms per training step of the bench model (bench/train_step.py, config
+    small) on metal (both attention modes), for the first runtime against native and,
+    when installed, PyTorch on MPS and MLX on the GPU; every contender starts from the
+    same weights and the first losses must agree;
+  - ``calls.json``: Metal calls per training step (dispatches by kernel, command buffers,
+    parameter buffers, host waits) and the cost of one dispatch, round trip and parameter
+    buffer: the numbers docs/METAL.md lists as open.
+- ``summary.md``: what passed and what did not, and which runtime to trust, in a form to
+  paste into an issue.
 
-Exit status 0 when conformance, training and the metal benchmark passed, else 1; the
-folder is written either way. ``--quick`` shrinks every part (CI runs it on the stand-in
-in seconds); it checks the plumbing, not Metal's numbers.
+Exit status 0 when every part passed (a runtime other than the first that cannot start
+here, e.g. metalcompute without a wheel for this Python, is a SKIP), else 1; the folder is
+written either way. ``--quick`` shrinks every part (CI runs it on the stand-ins in
+seconds); it checks the plumbing, not Metal's numbers.
 """
 
 from __future__ import annotations
@@ -60,6 +71,8 @@ from common import cpu_model, summarize, table  # noqa: E402
 from riftco.nn import GPT, GPTConfig  # noqa: E402
 
 ROOT = HERE.parent
+RUNTIMES = ("objc", "metalcompute")
+RUNTIME_ENV = "RIFTCO_METAL_RUNTIME"
 #: Runs riftco's CLI with this very interpreter (no reliance on a `riftco` script on PATH).
 RIFTCO = [sys.executable, "-c", "import sys; from riftco.cli import main; sys.exit(main())"]
 #: A Mac's first run compiles every kernel family: generous, but a hang still ends.
@@ -74,6 +87,8 @@ FULL = {
     "bench_steps": 20,
     "bench_warmup": 3,
     "micro_repeat": 200,
+    "long_steps": 2500,  # the make-train model, as make train runs it
+    "long_model": "train",
 }
 QUICK = {
     "conformance_ops": "softmax,matmul",
@@ -101,6 +116,8 @@ QUICK = {
     "bench_steps": 2,
     "bench_warmup": 1,
     "micro_repeat": 20,
+    "long_steps": 6,
+    "long_model": "tiny",
 }
 BENCH_CONFIGS = {
     **ts.CONFIGS,
@@ -120,12 +137,16 @@ def _run(cmd: list[str], timeout: int = 30) -> str:
     return proc.stdout.strip() if proc.returncode == 0 else ""
 
 
-def run_riftco(args: list[str], log: Path, timeout: int = TIMEOUT_S) -> tuple[int, str]:
-    """Run ``riftco ARGS``, writing the command and its whole output to ``log``."""
-    shown = "riftco " + " ".join(args)
+def run_riftco(
+    args: list[str], log: Path, timeout: int = TIMEOUT_S, env: dict[str, str] | None = None
+) -> tuple[int, str]:
+    """Run ``riftco ARGS`` (with ``env`` added to this process's environment), writing the
+    command and its whole output to ``log``."""
+    shown = " ".join([*(f"{k}={v}" for k, v in (env or {}).items()), "riftco", *args])
     t0 = time.perf_counter()
     try:
-        proc = subprocess.run([*RIFTCO, *args], capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run([*RIFTCO, *args], capture_output=True, text=True, timeout=timeout,
+                              env={**os.environ, **(env or {})})  # fmt: skip
         rc, text = proc.returncode, proc.stdout + proc.stderr
     except subprocess.TimeoutExpired as exc:
         out = exc.stdout or b""
@@ -213,22 +234,28 @@ def machine_info(backend: str) -> dict[str, Any]:
             "reason": entry.reason or ("" if devices else "no device"),
             "devices": [{"name": d.name, "details": dict(d.details)} for d in devices],
         }
-    runtimes = {str(d["details"].get("runtime", "")) for d in info["metal"].get("devices", [])}
-    info["standin"] = any("stand-in" in r for r in runtimes)
+    devices = info["metal"].get("devices", [])
+    runtimes = {f"{d['details'].get('runtime', '')} {d['details'].get('runtime_why', '')}"
+                for d in devices}  # fmt: skip
+    info["standin"] = any("stand-in" in r or "fake" in r for r in runtimes)
+    info["metal_runtime"] = "; ".join(sorted(r.strip() for r in runtimes))
     return info
 
 
 # -- the parts ------------------------------------------------------------------------------------
-def part_conformance(out: Path, backend: str, prof: dict[str, Any]) -> dict[str, Any]:
-    report = out / "conformance.json"
+def part_conformance(
+    out: Path, backend: str, prof: dict[str, Any], name: str = "conformance",
+    env: dict[str, str] | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    report = out / f"{name}.json"
     args = ["conformance", backend, "--json", str(report)]
     if prof["conformance_ops"]:
         args += ["--ops", prof["conformance_ops"]]
     if prof["max_examples"]:
         args += ["--max-examples", str(prof["max_examples"])]
     if "--html" in _run([*RIFTCO, "conformance", "--help"], timeout=300):
-        args += ["--html", str(out / "conformance.html")]
-    rc, text = run_riftco(args, out / "conformance.txt")
+        args += ["--html", str(out / f"{name}.html")]
+    rc, text = run_riftco(args, out / f"{name}.txt", env=env)
     if not report.exists():
         last = [line for line in text.splitlines() if line.strip()][-1:] or ["no output"]
         return {"status": "fail", "detail": f"no JSON report (exit status {rc}): {last[0]}"}
@@ -352,12 +379,16 @@ def _reference_contenders(
     return runs, skipped
 
 
-def part_bench(out: Path, backend: str, prof: dict[str, Any], ref_device: str) -> dict[str, Any]:
+def part_bench(
+    out: Path, backend: str, prof: dict[str, Any], ref_device: str, others: bool = True
+) -> dict[str, Any]:
+    """ms per training step of the bench model on ``backend`` and, with ``others``, on
+    native and the optional references (the second runtime's run leaves those out)."""
     cfg0, batch = _bench_model(prof["bench_config"])
     batches = ts.make_batches(cfg0, batch)
     runs: dict[str, tuple[Callable[[], float], dict[str, Any]]] = {}
     skipped: list[str] = []
-    for name in (backend, "native"):
+    for name in (backend, "native") if others else (backend,):
         for mode in ts.MODES:
             cfg, _ = _bench_model(prof["bench_config"], mode)
             try:
@@ -370,9 +401,10 @@ def part_bench(out: Path, backend: str, prof: dict[str, Any], ref_device: str) -
     weights = GPT(cfg0, device="cpu", seed=0).state_dict()
     ref_step, _ = ts.riftco_step("cpu", cfg0, batches)
     reference_loss = ref_step()  # riftco cpu (numpy): the first loss everyone must match
-    extra, why = _reference_contenders(cfg0, batches, weights, ref_device)
-    runs.update(extra)
-    skipped += why
+    if others:
+        extra, why = _reference_contenders(cfg0, batches, weights, ref_device)
+        runs.update(extra)
+        skipped += why
     first: dict[str, float] = {}
     failed: dict[str, str] = {}
     for name, (step, _) in list(runs.items()):
@@ -421,6 +453,29 @@ def part_bench(out: Path, backend: str, prof: dict[str, Any], ref_device: str) -
         detail = "; ".join(problems) + " — " + detail
     return {"status": "fail" if problems else "pass", "detail": detail, "rows": rows,
             "skipped": skipped, "failed": failed}  # fmt: skip
+
+
+def part_long_run(out: Path, backend: str, prof: dict[str, Any]) -> dict[str, Any]:
+    """The ``make train`` model for 2,500 steps in this process (bench/metal_long_run.py):
+    ms/step, command buffers, host waits and memory at steps 100, 1,000 and 2,500."""
+    import metal_long_run as mlr
+
+    rows = mlr.run(riftco.device(backend), prof["long_steps"], prof["long_model"],
+                   say=lambda text: None)  # fmt: skip
+    (out / "long_run.json").write_text(
+        json.dumps(
+            {"model": {prof["long_model"]: mlr.MODELS[prof["long_model"]]}, "rows": rows}, indent=2
+        )
+    )
+    bad = [r["step"] for r in rows if not math.isfinite(r["loss"])]
+    detail = "; ".join(
+        f"step {r['step']}: {r['ms_per_step']:.1f} ms/step, {r['command_buffers']} command "
+        f"buffer(s), {r['host_waits']} wait(s), peak RSS {r['peak_rss_mb']:.0f} MB"
+        for r in rows
+    )
+    if bad:
+        detail = f"loss not finite at steps {bad} — " + detail
+    return {"status": "fail" if bad else "pass", "detail": detail, "rows": rows}
 
 
 def part_calls(out: Path, backend: str, prof: dict[str, Any]) -> dict[str, Any]:
@@ -474,6 +529,7 @@ def part_calls(out: Path, backend: str, prof: dict[str, Any]) -> dict[str, Any]:
             "uploads": stats["uploads"],
             "downloads": stats["downloads"],
             "host_waits": stats.get("drains"),
+            "command_buffers": stats.get("command_buffers", stats["launches"]),
             "uploads_without_wait": stats.get("upload_waits_skipped"),
         },
         "dispatches_by_kernel": dict(kernels.most_common()),
@@ -485,14 +541,17 @@ def part_calls(out: Path, backend: str, prof: dict[str, Any]) -> dict[str, Any]:
     (out / "calls.json").write_text(json.dumps(result, indent=2))
     per = result["per_training_step"]
     detail = (
-        f"{per['dispatches']} dispatches and {per['host_waits']} host wait(s) per step; "
+        f"{per['dispatches']} dispatches, {per['command_buffers']} command buffer(s) and "
+        f"{per['host_waits']} host wait(s) per step; "
         f"{dispatch_us:.0f} us per queued dispatch, {roundtrip_us:.0f} us round trip"
     )
     return {"status": "pass", "detail": detail, **result}
 
 
 # -- the report -----------------------------------------------------------------------------------
-def write_summary(out: Path, info: dict[str, Any], parts: dict[str, dict[str, Any]]) -> str:
+def write_summary(
+    out: Path, info: dict[str, Any], parts: dict[str, dict[str, Any]], runtimes: list[str]
+) -> str:
     v = info["versions"]
     chip = info.get("chip", "?")
     auto, brings = info["auto"], info["default_install_brings_metalcompute"]
@@ -510,6 +569,7 @@ def write_summary(out: Path, info: dict[str, Any], parts: dict[str, dict[str, An
         f"riftco {v.get('riftco')} {info.get('git') or ''}".rstrip(),
         f"- `make train` (backend auto) uses: **{auto['backend']}** ({auto['why']})",
         f"- default install brings metalcompute here: {brings}",
+        f"- Metal runtime: {info.get('metal_runtime') or '-'}",
     ]
     metal = info["metal"]
     if metal["available"]:
@@ -521,14 +581,18 @@ def write_summary(out: Path, info: dict[str, Any], parts: dict[str, dict[str, An
     for name, res in parts.items():
         detail = str(res["detail"]).replace("|", "\\|").replace("\n", " ")
         lines.append(f"| {name} | {res['status'].upper()} | {detail} |")
-    bench = parts.get("benchmark", {})
-    if bench.get("rows"):
-        lines += ["", "ms per training step (median), same weights and batches:", "", "```"]
-        columns = ["contender", "median_ms", "min_ms", "vs_native", "first_loss_agrees"]
-        lines.append(table(bench["rows"], columns))
-        lines.append("```")
-    for why in bench.get("skipped", []):
-        lines.append(f"- skipped: {why}")
+    for runtime in runtimes:
+        bench = parts.get(f"benchmark [{runtime}]", {})
+        if bench.get("rows"):
+            lines += ["", f"ms per training step (median), same weights and batches, metal on "
+                      f"the {runtime} runtime:", "", "```"]  # fmt: skip
+            columns = ["contender", "median_ms", "min_ms", "vs_native", "first_loss_agrees"]
+            lines.append(table(bench["rows"], columns))
+            lines.append("```")
+        for why in bench.get("skipped", []):
+            lines.append(f"- skipped: {why}")
+    if any(k.endswith("]") for k in parts):
+        lines += ["", f"Which Metal runtime to trust: {verdict(parts, runtimes)}."]
     ok = all(r["status"] != "fail" for r in parts.values())
     lines += [
         "",
@@ -551,7 +615,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-examples", type=int, default=None, help="conformance examples")
     ap.add_argument("--reference-device", choices=["gpu", "cpu"], default="gpu",
                     help="where PyTorch (mps/cpu) and MLX (gpu/cpu) run")  # fmt: skip
+    ap.add_argument(
+        "--runtimes", default=",".join(RUNTIMES), help="Metal runtimes to check, in order"
+    )
     args = ap.parse_args(argv)
+    runtimes = [r.strip() for r in args.runtimes.split(",") if r.strip()]
+    if not runtimes or any(r not in RUNTIMES for r in runtimes):
+        print(f"mac-check: --runtimes takes {', '.join(RUNTIMES)}", file=sys.stderr)
+        return 2
     prof = dict(QUICK if args.quick else FULL)
     for key in ("steps", "bench_steps", "conformance_ops", "max_examples"):
         if getattr(args, key) is not None:
@@ -569,24 +640,88 @@ def main(argv: list[str] | None = None) -> int:
     if not info["metal"]["available"]:
         parts["metal backend"] = {"status": "fail", "detail": info["metal"]["reason"]}
     else:
-        steps = [
-            ("conformance", lambda: part_conformance(out, args.backend, prof)),
-            (f"train ({prof['steps']} steps)", lambda: part_train(out, args.backend, prof)),
-            ("benchmark", lambda: part_bench(out, args.backend, prof, args.reference_device)),
-            ("calls per step", lambda: part_calls(out, args.backend, prof)),
-        ]
-        for name, run in steps:
-            print(f"mac-check: {name} ...", flush=True)
-            try:
-                parts[name] = run()
-            except Exception as exc:  # one broken part must not hide the others
-                (out / f"{name.split()[0]}-error.txt").write_text(traceback.format_exc())
-                parts[name] = {"status": "fail", "detail": f"{type(exc).__name__}: {exc}"}
-            print(f"  {parts[name]['status']}: {parts[name]['detail']}", flush=True)
-    print(write_summary(out, info, parts))
+        for runtime in runtimes:
+            check_runtime(runtime, runtime == runtimes[0], out, args, prof, info, parts)
+    print(write_summary(out, info, parts, runtimes))
     archive = shutil.make_archive(str(out), "zip", root_dir=out.parent, base_dir=out.name)
     print(f"mac-check: wrote {out}/ and {archive}")
     return 0 if all(r["status"] != "fail" for r in parts.values()) else 1
+
+
+def check_runtime(
+    runtime: str, first: bool, out: Path, args: argparse.Namespace, prof: dict[str, Any],
+    info: dict[str, Any], parts: dict[str, dict[str, Any]],
+) -> None:  # fmt: skip
+    """Every part on one Metal runtime (RIFTCO_METAL_RUNTIME), into ``out/<runtime>/``.
+
+    A runtime other than the first that cannot start here (metalcompute on Python 3.14,
+    say) is a SKIP with its reason: the first (the default) must work."""
+    os.environ[RUNTIME_ENV] = runtime  # the parts' subprocesses inherit it
+    from riftco import plugins
+
+    plugins.reset_registry()
+    sub = out / runtime
+    sub.mkdir(exist_ok=True)
+    entry = riftco.get_registry().entries.get(args.backend.split(":")[0])
+    devices = entry.devices() if entry is not None and entry.available else []
+    facts = devices[0].details if devices else {}
+    info.setdefault("runtimes", {})[runtime] = {
+        "available": bool(devices), "reason": entry.reason if entry else "no metal backend",
+        "runtime": facts.get("runtime"), "why": facts.get("runtime_why"),
+    }  # fmt: skip
+    (out / "machine.json").write_text(json.dumps(info, indent=2, default=str))
+    if not devices or facts.get("runtime_why", "").startswith("the objc runtime could not"):
+        reason = (entry.reason if entry and entry.reason else "") or facts.get("runtime_why", "")
+        parts[f"metal backend [{runtime}]"] = {
+            "status": "fail" if first else "skip", "detail": reason or "no device",
+        }  # fmt: skip
+        return
+    backend = args.backend
+    steps: list[tuple[str, Callable[[], dict[str, Any]]]] = [
+        ("conformance", lambda: part_conformance(sub, backend, prof)),
+    ]
+    if runtime == "objc":  # one pass under Metal's shader validation layer
+        steps.append(
+            (
+                "conformance (shader validation)",
+                lambda: part_conformance(
+                    sub, backend, prof, "conformance-validation", {"MTL_SHADER_VALIDATION": "1"}
+                ),
+            )
+        )
+    steps += [
+        (f"train ({prof['steps']} steps)", lambda: part_train(sub, backend, prof)),
+        (f"long run ({prof['long_steps']} steps)", lambda: part_long_run(sub, backend, prof)),
+        ("benchmark", lambda: part_bench(sub, backend, prof, args.reference_device, first)),
+        ("calls per step", lambda: part_calls(sub, backend, prof)),
+    ]  # fmt: skip
+    for name, run in steps:
+        label = f"{name} [{runtime}]"
+        print(f"mac-check: {label} ...", flush=True)
+        try:
+            parts[label] = run()
+        except Exception as exc:  # one broken part must not hide the others
+            (sub / f"{name.split()[0]}-error.txt").write_text(traceback.format_exc())
+            parts[label] = {"status": "fail", "detail": f"{type(exc).__name__}: {exc}"}
+        print(f"  {parts[label]['status']}: {parts[label]['detail']}", flush=True)
+
+
+def verdict(parts: dict[str, dict[str, Any]], runtimes: list[str]) -> str:
+    """Which runtime to trust, from what passed."""
+    passed = [r for r in runtimes
+              if any(k.endswith(f"[{r}]") for k in parts)
+              and all(v["status"] != "fail" for k, v in parts.items() if k.endswith(f"[{r}]"))
+              and not any(k == f"metal backend [{r}]" for k in parts)]  # fmt: skip
+    if runtimes[0] in passed:
+        return f"trust **{runtimes[0]}** (the default): every part passed on it" + (
+            f"; {', '.join(passed[1:])} passed too" if passed[1:] else ""
+        )
+    if passed:
+        return (
+            f"trust **{passed[0]}** (`RIFTCO_METAL_RUNTIME={passed[0]}`): {runtimes[0]} "
+            "failed a part here; please attach this folder to an issue"
+        )
+    return "trust **neither** runtime here; please attach this folder to an issue"
 
 
 if __name__ == "__main__":

@@ -141,3 +141,25 @@ def test_wheel_check_can_fail():
     assert not _wheel_fits(env, ("metalcompute-0.2.9-cp312-cp312-macosx_15_0_arm64.whl",))
     assert not _wheel_fits(env, ("metalcompute-0.2.9-cp312-cp312-macosx_14_0_x86_64.whl",))
     assert not _wheel_fits(env, ("metalcompute-0.2.9-cp311-cp311-macosx_14_0_arm64.whl",))
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        *MAC_WITH_WHEELS,
+        ("darwin", "arm64", "24.6.0", "3.14"),
+        ("darwin", "x86_64", "24.6.0", "3.12"),
+    ],
+    ids="-".join,
+)
+def test_default_install_on_every_mac_brings_the_own_metal_runtime(target):
+    """riftco's own Metal runtime needs only cffi: every Mac and every Python gets it from a
+    bare install, where metalcompute's wheels stop (Python 3.14, Intel)."""
+    installed = _installed(_env(*target), [])
+    assert "cffi" in installed, (target, sorted(installed))
+    assert not installed["cffi"].marker or "python_version" not in str(installed["cffi"].marker)
+
+
+def test_no_cffi_by_default_off_a_mac():
+    """Elsewhere cffi comes with the native extra (or the test extra), not the bare install."""
+    assert "cffi" not in _installed(_env("linux", "x86_64", "6.8.0", "3.12"), [])

@@ -52,24 +52,44 @@ def _run(args: list[str], standin: bool, timeout: int = 300) -> subprocess.Compl
     )
 
 
+RUNTIMES = ("objc", "metalcompute")
+
+
 def _check_folder(out: Path) -> None:
-    """Everything a quick run on the stand-in must leave, checked independently."""
-    for name in ("summary.md", "machine.json", "backends.txt", "conformance.txt",
-                 "conformance.json", "train.log", "bench.json", "calls.json"):  # fmt: skip
+    """Everything a quick run on the stand-ins must leave, checked independently: one
+    folder per Metal runtime (the objc runtime on its fake, metalcompute on its stand-in)."""
+    for name in ("summary.md", "machine.json", "backends.txt"):
         assert (out / name).is_file(), f"mac-check did not write {name}"
+    for runtime in RUNTIMES:
+        for name in ("conformance.txt", "conformance.json", "train.log", "bench.json",
+                     "calls.json", "long_run.json"):  # fmt: skip
+            assert (out / runtime / name).is_file(), f"mac-check did not write {runtime}/{name}"
+    assert (out / "objc" / "conformance-validation.json").is_file()
     with zipfile.ZipFile(out.parent / f"{out.name}.zip") as z:
         assert f"{out.name}/summary.md" in z.namelist()
 
     summary = (out / "summary.md").read_text()
     assert "not on Metal" in summary and "stand-in" in summary  # never claims Metal
     rows = dict(re.findall(r"^\| ([^|]+?) \| (PASS|FAIL|SKIP) \|", summary, re.M))
-    assert rows == {"conformance": "PASS", "train (6 steps)": "PASS", "benchmark": "PASS",
-                    "calls per step": "PASS"}, rows  # fmt: skip
+    want = {f"{part} [{r}]": "PASS" for r in RUNTIMES
+            for part in ("conformance", "train (6 steps)", "long run (6 steps)", "benchmark",
+                         "calls per step")}  # fmt: skip
+    want["conformance (shader validation) [objc]"] = "PASS"
+    assert rows == want, rows
+    assert "Which Metal runtime to trust: trust **objc** (the default)" in summary
 
     machine = json.loads((out / "machine.json").read_text())
     assert machine["standin"] is True and machine["python"].endswith(sys.version.split()[0])
     assert machine["versions"]["riftco"] and machine["metal"]["available"] is True
+    for runtime, facts in machine["runtimes"].items():  # each part ran on the runtime it names
+        assert facts["available"] and facts["why"].startswith(f"{runtime} ("), facts
+    assert sorted(machine["runtimes"]) == sorted(RUNTIMES)
 
+    for runtime in RUNTIMES:
+        _check_runtime(out / runtime, runtime)
+
+
+def _check_runtime(out: Path, runtime: str) -> None:
     report = json.loads((out / "conformance.json").read_text())
     cases = [c for dev in report["devices"] for c in dev["cases"]]
     assert report["passed"] is True and report["backend"] == "metal"
@@ -84,14 +104,14 @@ def _check_folder(out: Path) -> None:
 
     bench = json.loads((out / "bench.json").read_text())
     by_name = {r["contender"]: r for r in bench["rows"]}
-    for name in ("riftco metal mater", "riftco metal flash", "riftco native mater"):
+    mine = ["riftco metal mater", "riftco metal flash"]
+    for name in mine + (["riftco native mater"] if runtime == "objc" else []):
         row = by_name[name]
         assert row["n"] == 2 and 0 < row["min_ms"] <= row["median_ms"]
         # untrained, near-uniform logits: the first loss is close to ln(vocab)
         assert abs(row["first_loss"] - math.log(VOCAB)) < 0.1, row
-    metal = by_name["riftco metal mater"]["first_loss"]
-    native = by_name["riftco native mater"]["first_loss"]
-    assert abs(metal - native) < 1e-4 * native  # two backends, one model
+    # every contender matched riftco cpu's first loss (two backends, one model)
+    assert bench["reference_first_loss"] and all(r["first_loss_agrees"] for r in bench["rows"])
 
     calls = json.loads((out / "calls.json").read_text())
     per_step = calls["per_training_step"]
@@ -99,7 +119,14 @@ def _check_folder(out: Path) -> None:
     assert per_step["dispatches"] == sum(calls["dispatches_by_kernel"].values()) > 50
     # one wait; two reads: the loss and the device status word (core/kernel_host/status.py)
     assert per_step["host_waits"] == 1 and per_step["downloads"] == 2
+    # the objc runtime batches a step into one command buffer; metalcompute makes one each
+    want = 1 if runtime == "objc" else per_step["dispatches"]
+    assert per_step["command_buffers"] == want, per_step
     assert calls["dispatch_us_pipelined"] > 0 and calls["dispatch_roundtrip_us"] > 0
+
+    (row,) = json.loads((out / "long_run.json").read_text())["rows"]
+    assert row["step"] == 6 and row["host_waits"] == 1 and row["runtime"] == runtime
+    assert row["command_buffers"] == (1 if runtime == "objc" else row["dispatches"])
 
 
 @needs_standin
@@ -108,7 +135,7 @@ def test_mac_check_quick_on_the_standin(tmp_path):
     proc = _run(["--quick", "--out", str(out), "--reference-device", "cpu"], standin=True)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     _check_folder(out)
-    bench = json.loads((out / "bench.json").read_text())
+    bench = json.loads((out / "objc" / "bench.json").read_text())  # references run once
     names = {r["contender"] for r in bench["rows"]}
     for module, contender, label in (("torch", "torch cpu", "PyTorch"), ("mlx", "mlx cpu", "MLX")):
         if _installed(module):  # optional references run when present, else say so

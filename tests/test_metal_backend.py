@@ -93,6 +93,7 @@ def test_unavailable_off_mac_with_reason(monkeypatch):
     from riftco.backends.metal.backend import MetalBackend
 
     monkeypatch.delenv("RIFTCO_METAL_STANDIN", raising=False)
+    monkeypatch.delenv("RIFTCO_METAL_RUNTIME", raising=False)
     ok, reason = MetalBackend.is_available()
     assert not ok and "macOS" in reason and "RIFTCO_METAL_STANDIN" in reason
     assert MetalBackend.devices() == []
@@ -141,6 +142,7 @@ def test_standin_env_makes_backend_available(monkeypatch):
     from riftco.backends.metal.backend import MetalBackend
 
     monkeypatch.setenv("RIFTCO_METAL_STANDIN", "1")
+    monkeypatch.setenv("RIFTCO_METAL_RUNTIME", "metalcompute")
     ok, reason = MetalBackend.is_available()
     assert ok, reason
     assert MetalBackend.devices()[0].details["runtime"] == "stand-in (OpenCL)"

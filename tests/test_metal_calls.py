@@ -194,9 +194,13 @@ except Exception as exc:  # pyopencl missing or broken
 @pytest.mark.skipif(not _devices, reason=f"the stand-in needs OpenCL: {_why}")
 @pytest.mark.parametrize("capture", [False, True], ids=["eager", "replayed"])
 @pytest.mark.parametrize("attention", ["materialized", "flash"])
-def test_metal_training_step_waits_on_the_host_once(attention, capture, monkeypatch, registry):
+@pytest.mark.parametrize("runtime", ["metalcompute", "objc"])
+def test_metal_training_step_waits_on_the_host_once(
+    runtime, attention, capture, monkeypatch, registry
+):
     """The batch goes up before the step's first launch and only the loss comes down: one
-    host wait per step, eager or replayed (riftco.capture)."""
+    host wait per step, eager or replayed (riftco.capture), on either Metal runtime (the
+    objc one on its fake Objective-C runtime: then the step is one command buffer)."""
     import riftco
     from riftco import plugins
     from riftco.nn import GPT, GPTConfig
@@ -204,6 +208,7 @@ def test_metal_training_step_waits_on_the_host_once(attention, capture, monkeypa
     from riftco.train.loop import TrainConfig, Trainer
 
     monkeypatch.setenv("RIFTCO_METAL_STANDIN", "1")
+    monkeypatch.setenv("RIFTCO_METAL_RUNTIME", runtime)
     plugins.reset_registry()  # re-read the environment (the fixture restores the old one)
     dev = riftco.device("metal")
     backend = dev.backend
@@ -226,5 +231,7 @@ def test_metal_training_step_waits_on_the_host_once(attention, capture, monkeypa
     assert stats["drains"] == 1, stats  # the loss; neither upload waited
     # both uploads happen while the queue is empty (the previous loss drained it)
     assert stats["upload_waits_skipped"] == 0, stats
+    if runtime == "objc":
+        assert stats["command_buffers"] == 1, stats
     if capture:
         assert trainer._captured.stats.replayed == 1, trainer._captured.stats

@@ -18,6 +18,13 @@ Metal's rules as metalcompute applies them:
   ``RIFTCO_FAST_MATH=0`` (or ``Device(fast_math=False)``) turns it off, to tell a
   fast-math fault from a host-code one.
 
+``RIFTCO_STANDIN_MODEL_RUNS=1`` (or ``RUNS.enabled = True``) models metalcompute 0.2.9's
+run dictionary (``mc_cbs`` in ``src/metalcompute.swift``): every dispatch's run is added
+and never removed (``released`` is never set), each holding its command buffer, and each
+completion handler scans the whole dictionary to find its run. :data:`RUNS` counts the
+entries (live command buffers) and the entries scanned, so ``bench/metal_long_run.py`` can
+show the growth over a run; the scan is counted, not timed (Swift's speed is a Mac's to tell).
+
 Shared memory is emulated by copying: a run uploads every bound buffer's host bytes,
 launches, and reads them back, all on one in-order queue; deleting the handle waits. So
 host reads are only valid after a wait, exactly the discipline real Metal requires.
@@ -56,6 +63,23 @@ def get_devices() -> list[DeviceInfo]:
         DeviceInfo(f"stand-in on {d.name.strip()}", int(d.global_mem_size), 0, True)
         for d in devices
     ]
+
+
+class RunDictionary:
+    """The never-pruned ``mc_cbs`` of metalcompute 0.2.9, as counts (off by default)."""
+
+    def __init__(self) -> None:
+        self.enabled = os.environ.get("RIFTCO_STANDIN_MODEL_RUNS", "") not in ("", "0")
+        self.entries = 0  # runs recorded: each keeps its MTLCommandBuffer alive
+        self.scanned = 0  # dictionary entries visited by completion handlers so far
+
+    def record(self) -> None:
+        if self.enabled:
+            self.entries += 1
+            self.scanned += self.entries  # the handler scans every entry to find its run
+
+
+RUNS = RunDictionary()
 
 
 class Buffer(np.ndarray):
@@ -101,6 +125,7 @@ class Function:
         event = None
         for b in bufs:
             event = cl.enqueue_copy(queue, np.asarray(b), b.device_buffer, is_blocking=False)
+        RUNS.record()
         return Run(event, bufs)
 
 
