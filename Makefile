@@ -15,6 +15,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	PYTHONWARNINGS="ignore:Editable installation" $(BIN)/python -m pip install --quiet -e ".[test,plot]"
+	$(BIN)/python .ci/links.py build/typecheck >/dev/null
 	touch $(STAMP)
 
 # pytest-xdist workers and parallel conformance passes: one per core, at most 4 (PoCL and
@@ -105,12 +106,11 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(MAKE) --no-print-directory typecheck
 
-# mypy over the installed layout: build/typecheck/riftco links core/'s modules plus
-# backends/, shaders/ and conformance/ under the names they are imported by.
+# mypy over the installed layout: build/typecheck/riftco links the folders of pyproject's
+# package-dir under the names they are imported by (.ci/links.py). Editors read the same
+# tree (pyrightconfig.json); `make install` builds it too.
 typecheck: $(STAMP)
-	@rm -rf build/typecheck && mkdir -p build/typecheck/riftco
-	@for f in core/*; do ln -s "$(CURDIR)/$$f" build/typecheck/riftco/; done
-	@for d in backends shaders conformance; do ln -s "$(CURDIR)/$$d" build/typecheck/riftco/$$d; done
+	@$(BIN)/python .ci/links.py build/typecheck >/dev/null
 	$(BIN)/mypy
 
 format: $(STAMP)

@@ -22,34 +22,26 @@ import os
 import shutil
 import sys
 from pathlib import Path
+from types import ModuleType
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _load_toml(path: Path) -> dict:
-    try:
-        import tomllib
-    except ModuleNotFoundError:  # Python 3.10
-        import tomli as tomllib  # type: ignore[no-redef]
-    return tomllib.loads(path.read_text(encoding="utf-8"))
+def _links() -> ModuleType:
+    """.ci/links.py: the package-dir link tree `make typecheck` builds too."""
+    spec = importlib.util.spec_from_file_location("riftco_links", ROOT / ".ci" / "links.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def build(target: Path) -> Path:
-    project = _load_toml(ROOT / "pyproject.toml")
-    meta = project["project"]
-    mapping = project["tool"]["setuptools"]["package-dir"]
+    links = _links()
+    meta = links.project()["project"]
     if target.exists():
         shutil.rmtree(target)
-    pkg = target / "riftco"
-    pkg.mkdir(parents=True)
-    for entry in (ROOT / mapping["riftco"]).iterdir():
-        if entry.name != "__pycache__":
-            (pkg / entry.name).symlink_to(entry)
-    for name, folder in mapping.items():
-        if name != "riftco":
-            sub = name.split(".", 1)[1]  # riftco.backends -> backends
-            if not (pkg / sub).exists():
-                (pkg / sub).symlink_to(ROOT / folder)
+    links.link_tree(target)
     info = target / f"riftco-{meta['version']}.dist-info"
     info.mkdir()
     (info / "METADATA").write_text(
