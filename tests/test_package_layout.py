@@ -55,3 +55,15 @@ def test_editors_and_mypy_read_the_same_tree() -> None:
     assert pyright["extraPaths"] == ["build/typecheck"]
     assert 'mypy_path = "build/typecheck"' in (ROOT / "pyproject.toml").read_text()
     assert makefile.count(".ci/links.py build/typecheck") == 2  # make install and typecheck
+
+
+def test_every_package_data_glob_matches_a_file() -> None:
+    """A glob that matches nothing promises files the wheel does not have."""
+    links = _links()
+    setuptools = links.project()["tool"]["setuptools"]
+    empty = []
+    for name, globs in setuptools["package-data"].items():
+        folder = links._folder_of(name, links.package_dir())
+        assert folder is not None, f"package-data names {name}, which has no folder"
+        empty += [f"{name}: {g}" for g in globs if not any(p.is_file() for p in folder.glob(g))]
+    assert not empty, f"package-data globs that match no file: {empty}"

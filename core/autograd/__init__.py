@@ -3,7 +3,7 @@
 ``Variable`` wraps a Tensor in a graph node; its operators and methods (installed below
 from the op modules, so each op's forward and VJP stay side by side) record the graph.
 ``backward()`` replaces the gradients of every reachable leaf: no accumulation across
-calls, no ``zero_grad`` needed. See graph.py for the engine and DESIGN.md §5.
+calls, no ``zero_grad`` needed. See graph.py for the engine and docs/ARCHITECTURE.md.
 """
 
 # ruff: noqa: F401  (the imports are the export list: __all__ is computed from them below)

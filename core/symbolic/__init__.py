@@ -4,8 +4,8 @@ Build a loss with a :class:`Builder`, differentiate it with :func:`differentiate
 graph that reuses the loss graph's nodes, simplified to a fixed point), compile with
 :func:`compile_graph`, then per batch only bind tensors and evaluate. Evaluation goes
 through the raw tensor ops, so it runs on any backend. :class:`CompiledObjective` packages
-this as a trainer's loss head; see DESIGN.md section 6 and the seed
-``003_835c626ca5770214``.
+this as a trainer's loss head (``riftco train --label-smoothing``); docs/ARCHITECTURE.md
+places it among the layers.
 """
 
 from __future__ import annotations
