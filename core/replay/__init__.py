@@ -23,6 +23,11 @@ The contract (JAX's ``jit`` and TinyJit have the same one):
   recording; one written in place between calls makes the next call record again.
 * A step that downloads device values (``.item()``, ``.numpy()``) may act on them: it
   runs as written (``CaptureWarning``); return such tensors instead.
+* A parameter moved to another device (``Variable.to``, ``Module.to``), or a module's
+  parameter or child replaced by a new object, records again (``CaptureWarning``): the
+  replay would read the old one, and the recording ends as the eager step ends (its
+  ``DeviceMismatchError``, or the new parameter trained).
+* Each thread records and replays its own steps (the recorder is per thread).
 * Arguments with other shapes record again, with a ``CaptureWarning``; a number
   argument whose sign, finiteness or type changed runs that call as written (so a NaN
   learning rate reaches the op's own check).
