@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 import numpy as np
 from riftco.backend import DeviceInfo
 from riftco.backends.cpu.backend import CPUBackend, view
-from riftco.ops.fused.adam_multi import CLIP_EPS
+from riftco.ops.fused.adam_multi import CLIP_EPS, kernel_bias_corrections
 from riftco.tensor import Storage, Tensor, dense_strides
 
 from . import blas, build
@@ -346,8 +346,7 @@ class NativeBackend(NativeAttention, NativeLinearGelu, NativePrimitives, CPUBack
             beta2,
             eps,
             weight_decay,
-            1.0 - beta1**step,
-            1.0 - beta2**step,
+            *kernel_bias_corrections(beta1, beta2, step, param.dtype),
         )
 
     def adam_update_multi(
@@ -378,6 +377,7 @@ class NativeBackend(NativeAttention, NativeLinearGelu, NativePrimitives, CPUBack
         norm = self._ffi.NULL if grad_norm is None else self._in(grad_norm)
         status = self._fn("adam_update_multi", dtype)(
             *ptrs, self._ffi.from_buffer("int64_t[]", sizes), len(params), lr, beta1, beta2,
-            eps, weight_decay, 1.0 - beta1**step, 1.0 - beta2**step, norm, max_norm, CLIP_EPS,
+            eps, weight_decay, *kernel_bias_corrections(beta1, beta2, step, dtype), norm,
+            max_norm, CLIP_EPS,
         )  # fmt: skip
         self._check(status, "adam_update_multi")

@@ -16,6 +16,7 @@ import numpy as np
 
 from ..backend import ElementwiseByName
 from ..errors import ShapeError
+from ..ops.fused.adam_multi import kernel_bias_corrections
 from .host import KernelMixin
 from .layout import reduction_groups
 from .sources import c_type
@@ -281,8 +282,9 @@ class PrimitiveKernels(ElementwiseByName, KernelMixin):
         weight_decay: float,
         step: int,
     ) -> None:
-        # Bias corrections in float64 on the host: 1 - 0.999**1 is exact enough either way.
-        floats = [lr, beta1, beta2, eps, weight_decay, 1.0 - beta1**step, 1.0 - beta2**step]
+        # Bias corrections in float64 on the host, of the betas the kernel holds.
+        c1, c2 = kernel_bias_corrections(beta1, beta2, step, param.dtype)
+        floats = [lr, beta1, beta2, eps, weight_decay, c1, c2]
         n = param.size
         self.launch(
             "adam", "adamw_update", param.dtype, n, param, grad, m, v, ints=[n], floats=floats
