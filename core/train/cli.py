@@ -245,6 +245,19 @@ def check_resume_flags(resume: str, args: argparse.Namespace, given: set[str]) -
     return state
 
 
+def check_outputs(out: str) -> None:
+    """Every path a run writes, checked before the first step (a run must not train for
+    an hour and then fail at its first checkpoint): the run folder, and inside an existing
+    one ``LATEST`` and ``loss.png`` (files, through links, never special files)."""
+    from ..output_files import check_file, check_folder
+    from .checkpoint import LATEST
+
+    folder = check_folder(out, "train --out")
+    if folder.is_dir():
+        for name in (LATEST, "loss.png"):
+            check_file(folder / name, "train --out")
+
+
 def _train(args: argparse.Namespace, given: set[str]) -> int:
     from ..nn import GPT, GPTConfig
     from .data import CharDataset, load_text
@@ -255,6 +268,7 @@ def _train(args: argparse.Namespace, given: set[str]) -> int:
 
     progress = "none" if args.no_progress else args.progress
     saved = check_resume_flags(args.resume, args, given) if args.resume else {}
+    check_outputs(args.out if "out" in given or not args.resume else args.resume)
     dev = resolve_backend(args.backend)
     if args.resume:
         trainer = Trainer.resume(
