@@ -133,7 +133,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"\nriftco: unknown command {argv[0]!r}", file=sys.stderr)
             return 2
         return 0
-    cmd, rest = argv[0], argv[1:]
+    try:
+        return _run(argv[0], argv[1:])
+    except KeyboardInterrupt:  # a command that handles it itself (train) never gets here
+        print(f"riftco {argv[0]}: interrupted", file=sys.stderr)
+        return 130
+
+
+def _run(cmd: str, rest: list[str]) -> int:
     if cmd == "backends":
         return _backends(rest)
     if cmd == "ops":

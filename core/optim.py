@@ -19,6 +19,7 @@ from . import ops
 from .autograd import Variable
 from .errors import DTypeError, ShapeError
 from .ops.capture_hooks import host
+from .ops.deferred import check_before_update
 from .ops.fused.adam_multi import CLIP_EPS
 from .tensor import Tensor
 
@@ -31,6 +32,20 @@ def _params(params: Iterable[Variable], op: str) -> list[Variable]:
     if len({id(p) for p in out}) != len(out):
         raise ShapeError(f"[{op}] a parameter is listed twice")
     return out
+
+
+def _values_checked(params: list[Variable]) -> None:
+    """Raise a value error a device deferred (an embedding id out of range, found by the
+    kernel) before the update writes any parameter or moment: every backend then stops a
+    bad step at the same point, the host backends having refused before the kernel ran."""
+    values = [p.value for p in params if p.grad is not None]
+    if values:
+        host(_check_backends, *values)  # a captured step checks again on every replay
+
+
+def _check_backends(*values: Tensor) -> None:
+    for backend in {id(v.backend): v.backend for v in values}.values():
+        check_before_update(backend)
 
 
 def _owned(p: Variable) -> Tensor:
@@ -56,6 +71,7 @@ class SGD:
         self.weight_decay = float(weight_decay)
 
     def step(self) -> None:
+        _values_checked(self.params)
         for p in self.params:
             if p.grad is None:
                 continue
@@ -107,6 +123,7 @@ class AdamW:
         the native op runs its composite (the scale from primitives, then ``adam_update``
         per parameter)."""
         b1, b2 = self.betas
+        _values_checked(self.params)  # a deferred bad id raises before anything is written
         # The bookkeeping (state made on first use, step counts) is host work a captured
         # step must redo on every replay, and what it hands over (the parameters' current
         # tensors, their moments, the step count) is what the replay must use.

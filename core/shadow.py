@@ -20,6 +20,7 @@ shadowed (it *is* the reference).
 from __future__ import annotations
 
 import inspect
+import math
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -27,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from .device import Device
-from .errors import ValidationError
+from .errors import RiftcoError, ValidationError
 from .ops import dispatch  # the module: its ``validator`` global is the hook
 from .ops.comparison import compare
 from .ops.opunit import OpUnit, Tolerance
@@ -162,17 +163,50 @@ def disable() -> None:
 
 
 def is_enabled() -> bool:
-    return dispatch.validator is not None
+    return isinstance(dispatch.validator, ShadowValidator)
+
+
+class _Misconfigured:
+    """Installed for a ``RIFTCO_VALIDATE`` (or ``_SLACK``) value riftco cannot honour: the
+    import succeeds (a traceback at ``import riftco`` names no command), and the first op
+    raises the reason as a RiftcoError, which every riftco command prints as one line.
+    Running unvalidated would silently drop what was asked for."""
+
+    def __init__(self, problem: str) -> None:
+        self.problem = problem
+
+    def before(self, unit: OpUnit, backend: Any, args: Sequence[Any]) -> Any:
+        raise RiftcoError(self.problem)
+
+    def after(self, *args: Any) -> None:  # pragma: no cover - before always raises
+        raise RiftcoError(self.problem)
 
 
 def install_from_env() -> None:
-    """Read ``RIFTCO_VALIDATE`` (``cpu`` enables; empty, ``0`` or ``off`` leaves it off)."""
-    value = os.environ.get(_ENV, "").strip().lower()
+    """Read ``RIFTCO_VALIDATE`` (``cpu`` enables; empty, ``0``, ``off``, ``false`` or ``no``
+    leaves it off) and ``RIFTCO_VALIDATE_SLACK`` (a positive factor, default 1)."""
+    raw = os.environ.get(_ENV, "")
+    value = raw.strip().lower()
     if value in ("", "0", "off", "false", "no"):
         return
     if value != REFERENCE:
-        raise ValueError(f"[shadow] {_ENV}={value!r} is not supported; use {_ENV}=cpu")
-    enable(REFERENCE, float(os.environ.get(_SLACK_ENV, "1") or 1))
+        dispatch.validator = _Misconfigured(
+            f"[shadow] {_ENV}={raw!r} is not supported: {_ENV}=cpu checks every op against "
+            f"the CPU reference (the only one), {_ENV}=0 turns validation off"
+        )
+        return
+    raw_slack = os.environ.get(_SLACK_ENV, "").strip() or "1"
+    try:
+        slack = float(raw_slack)
+    except ValueError:
+        slack = math.nan
+    if not (math.isfinite(slack) and slack > 0):
+        dispatch.validator = _Misconfigured(
+            f"[shadow] {_SLACK_ENV}={raw_slack!r} must be a positive number (the factor on "
+            "every tolerance; default 1)"
+        )
+        return
+    enable(REFERENCE, slack)
 
 
 install_from_env()

@@ -266,6 +266,13 @@ class KernelBackend(FusedKernels, PrimitiveKernels, BackendBase):
         n = x.size
         self.launch("copy", "fill_value", x.dtype, n, x, ints=[n], floats=[value])
 
+    def check_deferred(self) -> None:
+        """Raise the deferred DomainError now if a flagged kernel ran since the last check
+        (one 4-byte read, which waits for the queue); free when none ran. Called before
+        optimizer updates (``riftco.ops.deferred.check_before_update``)."""
+        with self.lock:
+            self.device_status.check()
+
     def synchronize(self) -> None:
         with self.lock:
             self.runtime.synchronize()

@@ -216,10 +216,20 @@ def train_main(argv: Sequence[str]) -> int:
     except RiftcoError as exc:
         print(f"riftco train: error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:  # a second Ctrl-C or SIGTERM: no checkpoint for this step
+    except MemoryError as exc:  # the host's (a batch's indices, say); a device's is a RiftcoError
         print(
-            "riftco train: stopped at once (second interrupt); no new checkpoint", file=sys.stderr
+            f"riftco train: error: out of host memory ({exc}); lower --batch-size (now "
+            f"{args.batch_size}) or --context (now {args.context})",
+            file=sys.stderr,
         )
+        return 2
+    except KeyboardInterrupt:
+        if not getattr(args, "training", False):  # before the run's own handler was set
+            print("riftco train: interrupted before the first step; nothing was written",
+                  file=sys.stderr)  # fmt: skip
+        else:  # a second Ctrl-C or SIGTERM: no checkpoint for this step
+            print("riftco train: stopped at once (second interrupt); no new checkpoint",
+                  file=sys.stderr)  # fmt: skip
         return 130
 
 
@@ -342,6 +352,7 @@ def _train(args: argparse.Namespace, given: set[str]) -> int:
         tqdm.write(line)
         sys.stdout.flush()
 
+    args.training = True  # from here an interrupt is the run's (a checkpoint is saved)
     result = trainer.run(progress=progress, log=log)
     out = trainer.out
     if result.interrupted:
