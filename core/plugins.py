@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 from . import hookspecs
+from .env_values import flag
 from .errors import BackendUnavailableError, PluginError, UnknownBackendError
 from .plugin_checks import (
     call_bounded,
@@ -50,7 +51,7 @@ def _env_list(name: str) -> set[str]:
 
 
 def _strict() -> bool:
-    return os.environ.get("RIFTCO_STRICT_PLUGINS", "") not in ("", "0", "false", "no")
+    return flag("RIFTCO_STRICT_PLUGINS")
 
 
 class BackendEntry:

@@ -1,14 +1,17 @@
 /* AdamW, in place on param, m, v (decoupled weight decay, bias-corrected).
  * F (both kernels): [0] lr, [1] beta1, [2] beta2, [3] eps, [4] weight_decay,
- *    [5] 1 - beta1^step, [6] 1 - beta2^step (computed on the host in float64);
- *    adamw_multi also [7] max_norm, [8] the clip epsilon 1e-6.
+ *    [5] 1 - beta1^step, [6] 1 - beta2^step; adamw_update then [7] 1 - beta1, [8] 1 - beta2;
+ *    adamw_multi then [7] max_norm, [8] the clip epsilon 1e-6, [9] 1 - beta1, [10] 1 - beta2.
+ *    Every 1 - x is computed on the host in float64: 1 - beta2 made here from beta2 rounded
+ *    to float (1 - 0.999f = 9.99987e-4) would not match the correction, and each step was
+ *    6.4e-6 too large (issue 31).
  * Both kernels update an element with adam_element; its gradient is grad * s, where s is 1
  * (exact: x * 1 is x) or the clip scale, so clipping inside gives the bits of a separate
  * scaling pass.
  */
 
 INLINE void adam_element(GLOBAL T* param, GLOBAL const T* grad, GLOBAL T* m, GLOBAL T* v,
-                         int i, T s, GLOBAL const T* F) {
+                         int i, T s, GLOBAL const T* F, T omb1, T omb2) {
     const T lr = F[0];
     const T b1 = F[1];
     const T b2 = F[2];
@@ -17,8 +20,8 @@ INLINE void adam_element(GLOBAL T* param, GLOBAL const T* grad, GLOBAL T* m, GLO
     const T bc1 = F[5];
     const T bc2 = F[6];
     const T g = grad[i] * s;
-    const T mi = b1 * m[i] + ((T)1 - b1) * g;
-    const T vi = b2 * v[i] + ((T)1 - b2) * g * g;
+    const T mi = b1 * m[i] + omb1 * g;
+    const T vi = b2 * v[i] + omb2 * g * g;
     m[i] = mi;
     v[i] = vi;
     const T p = param[i];
@@ -31,7 +34,7 @@ KERNEL void adamw_update(GLOBAL T* param ARG(0), GLOBAL const T* grad ARG(1),
                          GLOBAL const int* P ARG(4), GLOBAL const T* F ARG(5) THREAD_ARGS) {
     const int i = GID;
     if (i < P[0]) {
-        adam_element(param, grad, m, v, i, (T)1, F);
+        adam_element(param, grad, m, v, i, (T)1, F, F[7], F[8]);
     }
 }
 
@@ -53,7 +56,7 @@ KERNEL void adamw_update(GLOBAL T* param ARG(0), GLOBAL const T* grad ARG(1),
             m##k[i] = RIFTCO_NAN;                                                        \
             v##k[i] = RIFTCO_NAN;                                                        \
         } else {                                                                         \
-            adam_element(param##k, grad##k, m##k, v##k, i, s, F);                        \
+            adam_element(param##k, grad##k, m##k, v##k, i, s, F, F[9], F[10]);           \
         }                                                                                \
         return;                                                                          \
     }                                                                                    \

@@ -268,10 +268,10 @@ def test_validate_env_runs_a_training_step() -> None:
 @pytest.mark.parametrize("multi", [False, True], ids=["adam_update", "adam_update_multi"])
 @pytest.mark.parametrize("backend", ["native", "opencl", "metal"])
 def test_float32_adam_steps_agree_with_float64(backend: str, multi: bool, registry, monkeypatch):
-    """What the tighter rule found in every kernel backend: the kernels compute 1 - beta2
+    """What the tighter rule found in every kernel backend: the kernels computed 1 - beta2
     from beta2 rounded to float32 (9.99987e-4) but divided by a bias correction made from
-    the unrounded 0.999, so each step was 6.4e-6 too large (the first step of p = 0.01005,
-    g = 0.0205, lr = 0.01 ended 6.7e-8 off, 72 float32 ulps of the terms). Float64 truth:
+    the unrounded 0.999, so each step was 6.4e-6 too large (51 float32 ulps of the terms
+    here; now 1 - beta comes from the host in float64). Float64 truth:
     p (1 - lr wd) - lr mhat / (sqrt(vhat) + eps) with exact betas."""
     if backend == "metal":
         monkeypatch.setenv("RIFTCO_METAL_STANDIN", "1")
@@ -293,5 +293,31 @@ def test_float32_adam_steps_agree_with_float64(backend: str, multi: bool, regist
     vhat = (1 - b2) * g64 * g64 / (1 - b2)
     want = p64 * (1 - lr * wd) - lr * mhat / (np.sqrt(vhat) + eps)
     terms = np.abs(p64) + lr  # the magnitudes the step's float32 roundings scale with
+    err = np.abs(p.numpy().astype(np.float64) - want) / (terms * np.finfo(np.float32).eps)
+    assert err.max() <= 4, f"{err.max():.1f} float32 ulps of the terms off float64"
+
+
+@pytest.mark.parametrize("backend", ["native", "opencl", "metal"])
+def test_float32_adam_from_random_moments_agrees_with_float64(backend, registry, monkeypatch):
+    """A state the kernel did not build from zero (a loaded checkpoint, conformance's
+    random moments): 1 - beta and the corrections must both be exact, not merely match."""
+    if backend == "metal":
+        monkeypatch.setenv("RIFTCO_METAL_STANDIN", "1")
+    entry = riftco.get_registry().entries.get(backend)
+    if entry is None or not entry.available or not entry.devices():
+        pytest.skip(f"{backend} cannot run here: {entry.reason if entry else 'not registered'}")
+    dev = riftco.device(backend)
+    rng = np.random.default_rng(7)
+    n, lr, b1, b2, eps, wd, step = 20000, 1e-2, 0.9, 0.999, 1e-8, 0.1, 3
+    p0, g0, m0 = (rng.standard_normal(n).astype(np.float32) for _ in range(3))
+    v0 = rng.random(n).astype(np.float32)
+    p, g, m, v = (riftco.tensor(a.copy(), device=dev) for a in (p0, g0, m0, v0))
+    riftco.ops.adam_update(p, g, m, v, lr, b1, b2, eps, wd, step=step)
+    P, G, M, V = (a.astype(np.float64) for a in (p0, g0, m0, v0))
+    mhat = (b1 * M + (1 - b1) * G) / (1 - b1**step)
+    vhat = (b2 * V + (1 - b2) * G * G) / (1 - b2**step)
+    update = mhat / (np.sqrt(vhat) + eps)
+    want = P * (1 - lr * wd) - lr * update
+    terms = np.abs(P) + lr * np.abs(update)
     err = np.abs(p.numpy().astype(np.float64) - want) / (terms * np.finfo(np.float32).eps)
     assert err.max() <= 4, f"{err.max():.1f} float32 ulps of the terms off float64"

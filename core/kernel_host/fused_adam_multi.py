@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..ops.fused.adam_multi import CLIP_EPS, kernel_bias_corrections
+from ..ops.fused.adam_multi import CLIP_EPS
 from .host import KernelMixin
 from .shader_defines import ADAM_SEGMENTS
 
@@ -63,9 +63,9 @@ class AdamMultiKernels(KernelMixin):
         max_norm: float,
     ) -> None:
         dtype = params[0].dtype
-        # Bias corrections in float64 on the host, of the betas the kernel holds.
-        c1, c2 = kernel_bias_corrections(beta1, beta2, step, dtype)
-        floats = (lr, beta1, beta2, eps, weight_decay, c1, c2, max_norm, CLIP_EPS)
+        # Bias corrections and 1 - beta in float64 on the host (shaders/adam.cl says why).
+        floats = (lr, beta1, beta2, eps, weight_decay, 1.0 - beta1**step, 1.0 - beta2**step,
+                  max_norm, CLIP_EPS, 1.0 - beta1, 1.0 - beta2)  # fmt: skip
         clip = int(grad_norm is not None)
         for group in segment_groups([p.size for p in params]):
             bound: list[Tensor] = []

@@ -16,7 +16,6 @@ import numpy as np
 
 from ..backend import ElementwiseByName
 from ..errors import ShapeError
-from ..ops.fused.adam_multi import kernel_bias_corrections
 from .host import KernelMixin
 from .layout import reduction_groups
 from .sources import c_type
@@ -282,9 +281,9 @@ class PrimitiveKernels(ElementwiseByName, KernelMixin):
         weight_decay: float,
         step: int,
     ) -> None:
-        # Bias corrections in float64 on the host, of the betas the kernel holds.
-        c1, c2 = kernel_bias_corrections(beta1, beta2, step, param.dtype)
-        floats = [lr, beta1, beta2, eps, weight_decay, c1, c2]
+        # Bias corrections and 1 - beta in float64 on the host (shaders/adam.cl says why).
+        floats = [lr, beta1, beta2, eps, weight_decay, 1.0 - beta1**step, 1.0 - beta2**step,
+                  1.0 - beta1, 1.0 - beta2]  # fmt: skip
         n = param.size
         self.launch(
             "adam", "adamw_update", param.dtype, n, param, grad, m, v, ints=[n], floats=floats

@@ -15,8 +15,6 @@ import math
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-import numpy as np
-
 from ...errors import DomainError, DTypeError, ShapeError
 from ...tensor import Tensor
 from .. import checks
@@ -31,21 +29,6 @@ _SAMPLES = samples_module(__name__)
 #: Added to the norm before it is compared with ``max_norm`` (``riftco.optim`` uses it
 #: too): a norm just at the limit scales by slightly less than 1 rather than by exactly 1.
 CLIP_EPS = 1e-6
-
-
-def kernel_bias_corrections(
-    beta1: float, beta2: float, step: int, dtype: np.dtype
-) -> tuple[float, float]:
-    """``1 - beta**step`` (float64, on the host) for the betas a kernel of ``dtype`` holds.
-
-    A kernel computes ``(1 - beta2) * g * g`` from beta2 rounded to its dtype: 1 - 0.999f is
-    9.99987e-4, 1.3e-5 below 1 - 0.999. Dividing by a correction made from the unrounded
-    beta then scales every float32 step by 1 + 6.4e-6 (found by shadow validation, issue
-    31); made from the rounded betas, the two agree exactly at step 1 and the kernel runs
-    Adam with its own betas consistently."""
-    b1 = float(np.asarray(beta1, dtype=dtype))
-    b2 = float(np.asarray(beta2, dtype=dtype))
-    return 1.0 - b1**step, 1.0 - b2**step
 
 
 class AdamMultiMethods(Protocol):
