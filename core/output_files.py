@@ -93,6 +93,11 @@ def check_folder(path: str | os.PathLike[str], what: str) -> Path:
         if not os.access(p, os.W_OK | os.X_OK):
             raise OutputPathError(f"[{what}] no permission to create files in {str(p)!r}")
         return p
+    if p.is_symlink():  # a dangling link: mkdir would fail on the link itself
+        raise OutputPathError(
+            f"[{what}] {str(p)!r} is a link to {os.readlink(p)!r}, which does not exist; "
+            "create that directory or name another"
+        )
     ancestor = p.absolute().parent
     while not ancestor.exists() and ancestor != ancestor.parent:
         ancestor = ancestor.parent

@@ -158,3 +158,37 @@ def test_threads_each_capture_their_own_step_on_one_device(backend, registry, mo
         stats = results[k]
         assert not isinstance(stats, BaseException), f"thread {k}: {stats!r}"
         assert stats.replayed >= 8, (k, stats)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_threads_training_captured_steps_match_lone_eager_runs(backend, registry, monkeypatch):
+    """Threads x capture x one device: three threads each record and replay a tiny GPT's
+    training step at once; every loss is bitwise the loss of the same run, eager and alone."""
+    from test_capture import Run, _batches
+
+    dev = _device(backend, monkeypatch)
+
+    def losses(captured: bool, k: int) -> list[float]:
+        run = Run(dev, captured)
+        return [run(x, y, 1e-2) for x, y in _batches(6, seed=k)]
+
+    alone = [losses(False, k) for k in range(3)]
+    got: dict[int, object] = {}
+
+    def work(k: int) -> None:
+        try:
+            got[k] = losses(True, k)
+        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+            got[k] = exc
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)
+    try:
+        threads = [threading.Thread(target=work, args=(k,)) for k in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(old)
+    assert [got[k] for k in range(3)] == alone

@@ -108,6 +108,12 @@ def test_check_folder(tmp_path):
         check_folder(tmp_path / "file", "train --out")
     with pytest.raises(OutputPathError, match="cannot create the directory"):
         check_folder(tmp_path / "file" / "run", "train --out")
+    (tmp_path / "dangling").symlink_to(tmp_path / "missing")
+    with pytest.raises(OutputPathError, match="is a link to .*missing'.* does not exist"):
+        check_folder(tmp_path / "dangling", "train --out")
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    assert check_folder(tmp_path / "link", "train --out") == tmp_path / "link"
 
 
 # -- riftco train --out ------------------------------------------------------------------------
