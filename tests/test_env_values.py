@@ -72,7 +72,7 @@ def test_native_settings_junk_names_the_variable(registry, monkeypatch, var, sai
 
 
 @pytest.mark.parametrize("var", VARIABLES)
-def test_no_variable_with_junk_gives_a_traceback(var):
+def test_no_variable_with_junk_gives_a_traceback(var, tmp_path):
     script = (
         "import riftco, riftco.cli\n"
         "riftco.cli.main(['backends'])\n"
@@ -84,8 +84,9 @@ def test_no_variable_with_junk_gives_a_traceback(var):
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("RIFTCO_")}
     env[var] = "junk"
-    run = subprocess.run(
-        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300
-    )
+    run = subprocess.run(  # in tmp_path: RIFTCO_CACHE_DIR=junk makes ./junk there
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300,
+        cwd=tmp_path,
+    )  # fmt: skip
     assert "Traceback" not in run.stderr, run.stderr[-1500:]
     assert run.returncode == 0
