@@ -9,17 +9,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import riftco
+from helpers import backend_device
 
 BACKENDS = ["cpu", "native", "opencl", "metal"]
-
-
-def _device(name: str, monkeypatch: pytest.MonkeyPatch) -> riftco.Device:
-    if name == "metal":
-        monkeypatch.setenv("RIFTCO_METAL_STANDIN", "1")
-    entry = riftco.get_registry().entries.get(name)
-    if entry is None or not entry.available or not entry.devices():
-        pytest.skip(f"{name} cannot run here: {entry.reason if entry else 'not registered'}")
-    return riftco.device(name)
 
 
 def _expected(q: np.ndarray, k: np.ndarray, scale: float) -> np.ndarray:
@@ -58,7 +50,7 @@ def _check(probs: np.ndarray, want: np.ndarray) -> None:
 @pytest.mark.parametrize("composite", [False, True], ids=["native_op", "composite"])
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_attention_masked_probs_of_a_nan_row_are_zero(backend, composite, registry, monkeypatch):
-    dev = _device(backend, monkeypatch)
+    dev = backend_device(backend, monkeypatch)
     q, k, v = _inputs()
     fn = riftco.ops.composite("attention") if composite else riftco.ops.attention
     t = [riftco.tensor(a, device=dev) for a in (q, k, v)]
@@ -68,7 +60,7 @@ def test_attention_masked_probs_of_a_nan_row_are_zero(backend, composite, regist
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_attention_qkv_masked_probs_of_a_nan_row_are_zero(backend, registry, monkeypatch):
-    dev = _device(backend, monkeypatch)
+    dev = backend_device(backend, monkeypatch)
     q, k, v = _inputs()
     b, h, t, d = q.shape
     qkv = np.concatenate([np.swapaxes(a, 1, 2).reshape(b, t, h * d) for a in (q, k, v)], -1)

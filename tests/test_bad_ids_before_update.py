@@ -8,24 +8,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import riftco
+from helpers import backend_device
 from riftco import DomainError
 from riftco.autograd import Variable, cross_entropy, embedding
 from riftco.optim import SGD, AdamW
 
 
-def _device(name: str, monkeypatch: pytest.MonkeyPatch) -> riftco.Device:
-    if name == "metal":
-        monkeypatch.setenv("RIFTCO_METAL_STANDIN", "1")
-    entry = riftco.get_registry().entries.get(name)
-    if entry is None or not entry.available or not entry.devices():
-        pytest.skip(f"{name} cannot run here: {entry.reason if entry else 'not registered'}")
-    return riftco.device(name)
-
-
 @pytest.mark.parametrize("optimizer", ["adamw", "sgd"])
 @pytest.mark.parametrize("backend", ["cpu", "native", "opencl", "metal", "cffi_example"])
 def test_a_bad_id_changes_no_parameter(backend, optimizer, registry, monkeypatch):
-    dev = _device(backend, monkeypatch)
+    dev = backend_device(backend, monkeypatch)
     w0 = np.random.default_rng(0).standard_normal((5, 4)).astype(np.float32)
     w = Variable(riftco.tensor(w0, device=dev), requires_grad=True)
     opt = AdamW([w], lr=0.1) if optimizer == "adamw" else SGD([w], lr=0.1)

@@ -6,12 +6,12 @@ its result). Threads: each may capture and replay its own step, on one shared de
 
 from __future__ import annotations
 
-import sys
 import threading
 
 import numpy as np
 import pytest
 import riftco
+from helpers import backend_device, run_in_threads
 from riftco import CaptureWarning, ops
 from riftco.autograd import Variable
 from riftco.errors import DeviceMismatchError
@@ -19,15 +19,6 @@ from riftco.nn import Module
 from riftco.optim import SGD
 
 BACKENDS = ["cpu", "native", "opencl", "metal"]
-
-
-def _device(name: str, monkeypatch: pytest.MonkeyPatch) -> riftco.Device:
-    if name == "metal":
-        monkeypatch.setenv("RIFTCO_METAL_STANDIN", "1")
-    entry = riftco.get_registry().entries.get(name)
-    if entry is None or not entry.available or not entry.devices():
-        pytest.skip(f"{name} cannot run here: {entry.reason if entry else 'not registered'}")
-    return riftco.device(name)
 
 
 class Scale(Module):
@@ -77,8 +68,8 @@ def test_a_parameter_moved_to_another_device_raises_as_the_eager_step(
 ):
     """Before: the replay ran on the old device and put ``w.grad`` there (from opencl, a raw
     AttributeError); the eager step raises DeviceMismatchError."""
-    dev = _device(backend, monkeypatch)
-    other = _device(target, monkeypatch)
+    dev = backend_device(backend, monkeypatch)
+    other = backend_device(target, monkeypatch)
     if other == dev:
         pytest.skip("the move needs two different devices")
     model = Scale(3, dev)
@@ -103,7 +94,7 @@ def test_a_parameter_replaced_by_another_shape_is_trained_not_the_old_one(
     backend, registry, monkeypatch
 ):
     """Before: the replay kept training the old (3,) parameter and returned its loss."""
-    dev = _device(backend, monkeypatch)
+    dev = backend_device(backend, monkeypatch)
     model = Square(3, dev)
     step = _replaying(model, dev, 3, lr=0.25)  # the old w: (3,), 1/16 after four steps
     new = np.full((2, 3), 2.0, np.float32)
@@ -123,41 +114,27 @@ def test_threads_each_capture_their_own_step_on_one_device(backend, registry, mo
     """Before: the second thread's recording raised 'called inside another recording'
     (the recorder was process-wide), and shadows one thread installed logged the other's
     calls."""
-    dev = _device(backend, monkeypatch)
-    results: dict[int, object] = {}
+    dev = backend_device(backend, monkeypatch)
     together = threading.Barrier(4, timeout=10)  # every run of a step's Python overlaps
 
-    def work(k: int) -> None:
-        try:
-            w = riftco.tensor(np.full(4, float(k), np.float32), device=dev)
+    def work(k: int) -> object:
+        w = riftco.tensor(np.full(4, float(k), np.float32), device=dev)
 
-            def add(x: riftco.Tensor) -> riftco.Tensor:
-                together.wait()
-                return ops.add(x, w)
+        def add(x: riftco.Tensor) -> riftco.Tensor:
+            together.wait()
+            return ops.add(x, w)
 
-            step = riftco.capture(add)
-            for i in range(12):
-                out = step(riftco.tensor(np.full(4, float(i), np.float32), device=dev))
-                got = out.numpy()
-                assert np.array_equal(got, np.full(4, i + k, np.float32)), (i, got)
-            results[k] = step.stats
-        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
-            results[k] = exc
+        step = riftco.capture(add)
+        for i in range(12):
+            got = step(riftco.tensor(np.full(4, float(i), np.float32), device=dev)).numpy()
+            assert np.array_equal(got, np.full(4, i + k, np.float32)), (i, got)
+        return step.stats
 
-    old = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    try:
-        threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    finally:
-        sys.setswitchinterval(old)
+    results = run_in_threads(work, 4)
     for k in range(4):
         stats = results[k]
         assert not isinstance(stats, BaseException), f"thread {k}: {stats!r}"
-        assert stats.replayed >= 8, (k, stats)  # type: ignore[attr-defined]
+        assert stats.replayed >= 8, (k, stats)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -166,29 +143,12 @@ def test_threads_training_captured_steps_match_lone_eager_runs(backend, registry
     training step at once; every loss is bitwise the loss of the same run, eager and alone."""
     from test_capture import Run, _batches
 
-    dev = _device(backend, monkeypatch)
+    dev = backend_device(backend, monkeypatch)
 
     def losses(captured: bool, k: int) -> list[float]:
         run = Run(dev, captured)
         return [run(x, y, 1e-2) for x, y in _batches(6, seed=k)]
 
     alone = [losses(False, k) for k in range(3)]
-    got: dict[int, object] = {}
-
-    def work(k: int) -> None:
-        try:
-            got[k] = losses(True, k)
-        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
-            got[k] = exc
-
-    old = sys.getswitchinterval()
-    sys.setswitchinterval(1e-5)
-    try:
-        threads = [threading.Thread(target=work, args=(k,)) for k in range(3)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    finally:
-        sys.setswitchinterval(old)
+    got = run_in_threads(lambda k: losses(True, k), 3, switch_interval=1e-5)
     assert [got[k] for k in range(3)] == alone

@@ -12,17 +12,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import riftco
+from helpers import backend_device
 
 BACKENDS = ["cpu", "native", "opencl", "metal"]
-
-
-def _device(name: str, monkeypatch: pytest.MonkeyPatch) -> riftco.Device:
-    if name == "metal":
-        monkeypatch.setenv("RIFTCO_METAL_STANDIN", "1")
-    entry = riftco.get_registry().entries.get(name)
-    if entry is None or not entry.available or not entry.devices():
-        pytest.skip(f"{name} cannot run here: {entry.reason if entry else 'not registered'}")
-    return riftco.device(name)
 
 
 def _truth(q, k, v, dout, scale):  # float64, causal
@@ -46,7 +38,7 @@ def _truth(q, k, v, dout, scale):  # float64, causal
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_composite_flash_backward_at_large_scores(backend, registry, monkeypatch):
-    dev = _device(backend, monkeypatch)
+    dev = backend_device(backend, monkeypatch)
     rng = np.random.default_rng(0)
     shape = (1, 2, 16, 8)
     q, k = (15 * rng.standard_normal(shape) for _ in range(2))  # scores up to ~1e3

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 import riftco
-from helpers import add_backend
+from helpers import add_backend, backend_device
 from riftco import shadow
 from riftco.backends.cpu.backend import CPUBackend, view
 
@@ -234,12 +234,7 @@ def test_a_training_step_passes_validation(backend: str, registry: Any, monkeypa
     """Before: ``RIFTCO_VALIDATE=cpu`` failed every step at the optimizer (AttributeError:
     shadow.py took adam_update_multi's list of parameters for a tensor). Now every op of a
     real step is checked, under the tighter atol rule, and none is flagged."""
-    if backend == "metal":
-        monkeypatch.setenv("RIFTCO_METAL_STANDIN", "1")
-    entry = riftco.get_registry().entries.get(backend)
-    if entry is None or not entry.available or not entry.devices():
-        pytest.skip(f"{backend} cannot run here: {entry.reason if entry else 'not registered'}")
-    dev = riftco.device(backend)
+    dev = backend_device(backend, monkeypatch)
     validator = shadow.enable()
     try:
         loss = _tiny_training_step(dev)
@@ -273,12 +268,7 @@ def test_float32_adam_steps_agree_with_float64(backend: str, multi: bool, regist
     the unrounded 0.999, so each step was 6.4e-6 too large (51 float32 ulps of the terms
     here; now 1 - beta comes from the host in float64). Float64 truth:
     p (1 - lr wd) - lr mhat / (sqrt(vhat) + eps) with exact betas."""
-    if backend == "metal":
-        monkeypatch.setenv("RIFTCO_METAL_STANDIN", "1")
-    entry = riftco.get_registry().entries.get(backend)
-    if entry is None or not entry.available or not entry.devices():
-        pytest.skip(f"{backend} cannot run here: {entry.reason if entry else 'not registered'}")
-    dev = riftco.device(backend)
+    dev = backend_device(backend, monkeypatch)
     p0 = np.array([0.010053657, -0.5, 0.25, 1e-3], np.float32)
     g0 = np.array([0.020519219, 0.3, -1e-4, 2.0], np.float32)
     lr, b1, b2, eps, wd = 0.01, 0.9, 0.999, 1e-8, 0.1
@@ -301,12 +291,7 @@ def test_float32_adam_steps_agree_with_float64(backend: str, multi: bool, regist
 def test_float32_adam_from_random_moments_agrees_with_float64(backend, registry, monkeypatch):
     """A state the kernel did not build from zero (a loaded checkpoint, conformance's
     random moments): 1 - beta and the corrections must both be exact, not merely match."""
-    if backend == "metal":
-        monkeypatch.setenv("RIFTCO_METAL_STANDIN", "1")
-    entry = riftco.get_registry().entries.get(backend)
-    if entry is None or not entry.available or not entry.devices():
-        pytest.skip(f"{backend} cannot run here: {entry.reason if entry else 'not registered'}")
-    dev = riftco.device(backend)
+    dev = backend_device(backend, monkeypatch)
     rng = np.random.default_rng(7)
     n, lr, b1, b2, eps, wd, step = 20000, 1e-2, 0.9, 0.999, 1e-8, 0.1, 3
     p0, g0, m0 = (rng.standard_normal(n).astype(np.float32) for _ in range(3))

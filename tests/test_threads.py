@@ -10,53 +10,31 @@ The switch interval is cut to a microsecond so the threads interleave inside eac
 
 from __future__ import annotations
 
-import sys
 import threading
 from collections.abc import Callable
 
 import numpy as np
 import pytest
 import riftco
+from helpers import backend_device, run_in_threads
 from riftco import ops
 
 BACKENDS = ["cpu", "native", "opencl", "metal"]
 
 
-def _device(name: str, monkeypatch: pytest.MonkeyPatch) -> riftco.Device:
-    if name == "metal":
-        monkeypatch.setenv("RIFTCO_METAL_STANDIN", "1")
-    entry = riftco.get_registry().entries.get(name)
-    if entry is None or not entry.available or not entry.devices():
-        pytest.skip(f"{name} cannot run here: {entry.reason if entry else 'not registered'}")
-    return riftco.device(name)
-
-
 def _in_threads(work: Callable[[int], None], n: int = 8) -> list[str]:
     """Run ``work(k)`` in ``n`` threads at once; what went wrong in each, if anything."""
-    problems: list[str] = []
-
-    def run(k: int) -> None:
-        try:
-            work(k)
-        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
-            problems.append(f"thread {k}: {type(exc).__name__}: {exc}")
-
-    old = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    try:
-        threads = [threading.Thread(target=run, args=(k,)) for k in range(n)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    finally:
-        sys.setswitchinterval(old)
-    return problems
+    results = run_in_threads(work, n)
+    return [
+        f"thread {k}: {type(r).__name__}: {r}"
+        for k, r in sorted(results.items())
+        if isinstance(r, BaseException)
+    ]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_threads_sharing_a_device_get_their_own_values(backend, registry, monkeypatch):
-    dev = _device(backend, monkeypatch)
+    dev = backend_device(backend, monkeypatch)
     wrong: list[tuple[int, int, float]] = []
 
     def work(k: int) -> None:
@@ -79,7 +57,7 @@ def test_threads_training_on_one_device_match_a_lone_thread(backend, registry, m
     from riftco.autograd import Variable, cross_entropy, embedding
     from riftco.optim import AdamW
 
-    dev = _device(backend, monkeypatch)
+    dev = backend_device(backend, monkeypatch)
     rng = np.random.default_rng(0)
     tables = [rng.standard_normal((9, 6)).astype(np.float32) for _ in range(4)]
     ids = [rng.integers(0, 9, 5).astype(np.int32) for _ in range(4)]
@@ -99,10 +77,9 @@ def test_threads_training_on_one_device_match_a_lone_thread(backend, registry, m
         return losses
 
     alone = [train(k) for k in range(4)]
-    together: dict[int, list[float]] = {}
-    assert _in_threads(lambda k: together.__setitem__(k, train(k)), n=4) == []
-    for k in range(4):
-        assert together[k] == alone[k], k  # the same kernels on the same data: same bits
+    together = run_in_threads(train, 4)
+    for k in range(4):  # the same kernels on the same data: the same bits
+        assert together[k] == alone[k], (k, together[k])
 
 
 def test_no_grad_in_one_thread_leaves_another_threads_graph_alone():

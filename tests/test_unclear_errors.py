@@ -16,21 +16,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import riftco
+from helpers import backend_device
 from riftco import OutOfMemoryError
 from riftco.autograd import Variable
 from riftco.autograd.operations import concatenate_last_axis
 
 BACKENDS = ["cpu", "native", "opencl", "metal"]
 RIFTCO = str(Path(sys.executable).with_name("riftco"))  # the console script
-
-
-def _device(name: str, monkeypatch: pytest.MonkeyPatch) -> riftco.Device:
-    if name == "metal":
-        monkeypatch.setenv("RIFTCO_METAL_STANDIN", "1")
-    entry = riftco.get_registry().entries.get(name)
-    if entry is None or not entry.available or not entry.devices():
-        pytest.skip(f"{name} cannot run here: {entry.reason if entry else 'not registered'}")
-    return riftco.device(name)
 
 
 def test_a_huge_randn_names_the_requested_dtype_and_size():
@@ -52,7 +44,7 @@ def test_randn_still_draws_the_same_numbers():
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_concat_with_a_zero_width_part_has_a_backward(backend, registry, monkeypatch):
     """Before: backward raised "[split_last_axis] positive sizes [3, 0] must add up"."""
-    dev = _device(backend, monkeypatch)
+    dev = backend_device(backend, monkeypatch)
     a = Variable(riftco.tensor(np.arange(6, dtype=np.float32).reshape(2, 3), device=dev), True)
     empty = Variable(riftco.tensor(np.ones((2, 0), np.float32), device=dev), True)
     c = Variable(riftco.tensor(np.ones((2, 2), np.float32), device=dev), True)
@@ -93,7 +85,9 @@ def test_ctrl_c_while_the_command_starts_is_one_line(tmp_path):
         time.sleep(delay)
         p.send_signal(signal.SIGINT)
         out, err = p.communicate(timeout=120)
-        assert "Traceback" not in err, (delay, err)
+        # Only Python's own start-up (site, .pth files: the first ~30 ms, before riftco's
+        # first line runs) is out of reach and keeps its traceback.
+        assert "Traceback" not in err or "<frozen site>" in err, (delay, err)
         if p.returncode != 0:  # it may have finished before the signal came
             assert p.returncode in (-signal.SIGINT, 130), (delay, p.returncode, err)
 
