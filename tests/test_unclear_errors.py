@@ -85,9 +85,11 @@ def test_ctrl_c_while_the_command_starts_is_one_line(tmp_path):
         time.sleep(delay)
         p.send_signal(signal.SIGINT)
         out, err = p.communicate(timeout=120)
-        # Only Python's own start-up (site, .pth files: the first ~30 ms, before riftco's
-        # first line runs) is out of reach and keeps its traceback.
-        assert "Traceback" not in err or "<frozen site>" in err, (delay, err)
+        # Python's own start-up (site, .pth files, the console script's first lines: the
+        # first ~30 ms, before riftco's first line runs) is out of reach and keeps its
+        # traceback; from there on (numpy, pluggy, riftco: ~1 s) none may show.
+        late = ("numpy", "pluggy", "/core/ops/", "/core/autograd/", "/core/plugins")
+        assert "Traceback" not in err or not any(w in err for w in late), (delay, err)
         if p.returncode != 0:  # it may have finished before the signal came
             assert p.returncode in (-signal.SIGINT, 130), (delay, p.returncode, err)
 
