@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -134,10 +135,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         return 0
     try:
-        return _run(argv[0], argv[1:])
+        code = _run(argv[0], argv[1:])
     except KeyboardInterrupt:  # a command that handles it itself (train) never gets here
         print(f"riftco {argv[0]}: interrupted", file=sys.stderr)
-        return 130
+        code = 130
+    if code == 130 and _is_command():
+        # Interrupted: leave now. Normal interpreter shutdown would run driver destructors
+        # (PoCL's) while a probe's daemon thread is still inside the driver: SIGABRT.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
+
+
+def _is_command() -> bool:
+    """True in the ``riftco`` command's own process (not a test or a program calling main)."""
+    return bool(sys.argv) and os.path.basename(sys.argv[0]) == "riftco"
 
 
 def _run(cmd: str, rest: list[str]) -> int:
