@@ -13,6 +13,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from .startup import in_command
+
 
 def _backends(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(
@@ -139,18 +141,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:  # a command that handles it itself (train) never gets here
         print(f"riftco {argv[0]}: interrupted", file=sys.stderr)
         code = 130
-    if code == 130 and _is_command():
+    if code == 130 and in_command():
         # Interrupted: leave now. Normal interpreter shutdown would run driver destructors
         # (PoCL's) while a probe's daemon thread is still inside the driver: SIGABRT.
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
     return code
-
-
-def _is_command() -> bool:
-    """True in the ``riftco`` command's own process (not a test or a program calling main)."""
-    return bool(sys.argv) and os.path.basename(sys.argv[0]) == "riftco"
 
 
 def _run(cmd: str, rest: list[str]) -> int:

@@ -18,8 +18,13 @@ from types import TracebackType
 COMMAND = "riftco"
 
 
+def in_command() -> bool:
+    """True in the ``riftco`` command's own process (not a program or test importing it)."""
+    return bool(sys.argv) and os.path.basename(sys.argv[0]) == COMMAND
+
+
 def quiet_interrupt_in_command() -> None:
-    if not sys.argv or os.path.basename(sys.argv[0]) != COMMAND:
+    if not in_command():
         return
     previous = sys.excepthook
 

@@ -27,7 +27,9 @@ The contract (JAX's ``jit`` and TinyJit have the same one):
   parameter or child replaced by a new object, records again (``CaptureWarning``): the
   replay would read the old one, and the recording ends as the eager step ends (its
   ``DeviceMismatchError``, or the new parameter trained).
-* Each thread records and replays its own steps (the recorder is per thread).
+* Each thread records and replays its own steps (the recorder is per thread). The count
+  of moves and replacements is process-wide: a model changed in one thread makes the
+  other threads' steps record once more.
 * Arguments with other shapes record again, with a ``CaptureWarning``; a number
   argument whose sign, finiteness or type changed runs that call as written (so a NaN
   learning rate reaches the op's own check).
