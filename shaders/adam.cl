@@ -28,12 +28,14 @@ INLINE void adam_element(GLOBAL T* param, GLOBAL const T* grad, GLOBAL T* m, GLO
     param[i] = p - lr * ((mi / bc1) / (PRECISE_SQRT(vi / bc2) + eps) + wd * p);
 }
 
-/* One tensor. P: [0] n. Buffers: param, grad, m, v, P, F. */
+/* One tensor. P: [0] n. Buffers: param, grad, m, v, status, P, F. status is the device
+ * status buffer (status.h): when an earlier kernel of the queue flagged a bad id (word 0
+ * non-zero), the step writes nothing; the host raises the DomainError at its next sync. */
 KERNEL void adamw_update(GLOBAL T* param ARG(0), GLOBAL const T* grad ARG(1),
-                         GLOBAL T* m ARG(2), GLOBAL T* v ARG(3),
-                         GLOBAL const int* P ARG(4), GLOBAL const T* F ARG(5) THREAD_ARGS) {
+                         GLOBAL T* m ARG(2), GLOBAL T* v ARG(3), GLOBAL const int* status ARG(4),
+                         GLOBAL const int* P ARG(5), GLOBAL const T* F ARG(6) THREAD_ARGS) {
     const int i = GID;
-    if (i < P[0]) {
+    if (i < P[0] && status[0] == 0) {
         adam_element(param, grad, m, v, i, (T)1, F, F[7], F[8]);
     }
 }
@@ -41,7 +43,8 @@ KERNEL void adamw_update(GLOBAL T* param ARG(0), GLOBAL const T* grad ARG(1),
 /* Up to ADAM_SEGMENTS tensors per launch, their elements one after another in thread
  * order (op unit riftco.ops.fused.adam_multi; plan in core/kernel_host/fused_adam_multi.py).
  * P: [0 .. ADAM_SEGMENTS) the tensors' sizes (0 for an unused segment), [ADAM_SEGMENTS]
- * 1 to clip. Buffers: (param, grad, m, v) per segment, norm (0-d), P, F.
+ * 1 to clip. Buffers: (param, grad, m, v) per segment, norm (0-d), status (as in
+ * adamw_update: nothing is written once a bad id was flagged), P, F.
  * The clip scale max_norm / maximum(norm + 1e-6, max_norm) is read from the device, so the
  * host never waits for the norm; NaN and +inf are decided on the loaded norm's bits (fast
  * math may assume a computed value finite): NaN writes NaN everywhere, as NaN * g would,
@@ -72,9 +75,12 @@ KERNEL void adamw_multi(
     GLOBAL T* v4 ARG(19),
     GLOBAL T* param5 ARG(20), GLOBAL const T* grad5 ARG(21), GLOBAL T* m5 ARG(22),
     GLOBAL T* v5 ARG(23),
-    GLOBAL const T* norm ARG(24), GLOBAL const int* P ARG(25), GLOBAL const T* F ARG(26)
-    THREAD_ARGS) {
+    GLOBAL const T* norm ARG(24), GLOBAL const int* status ARG(25), GLOBAL const int* P ARG(26),
+    GLOBAL const T* F ARG(27) THREAD_ARGS) {
     int i = GID;
+    if (status[0] != 0) {
+        return;
+    }
     T s = (T)1;
     int poison = 0;
     if (P[ADAM_SEGMENTS]) {

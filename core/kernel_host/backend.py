@@ -135,12 +135,14 @@ class KernelBackend(FusedKernels, PrimitiveKernels, BackendBase):
         index_dtype: np.dtype | None = None,
         defines: Mapping[str, str] | None = None,
         status: tuple[str, int] | None = None,
+        guarded: bool = False,
     ) -> None:
         """Queue ``kernel`` of ``shaders/<family>.cl`` over ``threads`` threads (1-D).
 
         ``status=(op, bound)`` binds the device status buffer after the tensors, and appends
         its slot to ``ints``, for a kernel that checks its ids against ``bound``
-        (``status.py``)."""
+        (``status.py``). ``guarded`` binds it after the tensors for a kernel that reads
+        it and writes nothing once a bad id was flagged (the optimizers')."""
         if threads <= 0:
             return
         with self.lock:  # kernel arguments are set, then queued (see __init__)
@@ -153,6 +155,8 @@ class KernelBackend(FusedKernels, PrimitiveKernels, BackendBase):
                 if fast is not None:
                     self._launchable[fast] = k
             buffers = [t.storage.buffer.raw for t in args]
+            if guarded:
+                buffers.append(self.device_status.raw())
             if status is not None:  # the status buffer, and its slot as the last int
                 raw, slot = self.device_status.buffer(*status)
                 buffers.append(raw)
@@ -269,7 +273,7 @@ class KernelBackend(FusedKernels, PrimitiveKernels, BackendBase):
     def check_deferred(self) -> None:
         """Raise the deferred DomainError now if a flagged kernel ran since the last check
         (one 4-byte read, which waits for the queue); free when none ran. Called before
-        optimizer updates (``riftco.ops.deferred.check_before_update``)."""
+        updates that do not guard themselves (``riftco.ops.deferred.check_before_update``)."""
         with self.lock:
             self.device_status.check()
 

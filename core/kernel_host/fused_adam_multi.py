@@ -76,4 +76,4 @@ class AdamMultiKernels(KernelMixin):
                 sizes.append(params[i].size if k < len(group) else 0)
             norm = grad_norm if grad_norm is not None else params[group[0]]  # unread if 0
             self.launch("adam", "adamw_multi", dtype, sum(sizes), *bound, norm,
-                        ints=(*sizes, clip), floats=floats)  # fmt: skip
+                        ints=(*sizes, clip), floats=floats, guarded=True)  # fmt: skip

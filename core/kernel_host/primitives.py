@@ -286,5 +286,15 @@ class PrimitiveKernels(ElementwiseByName, KernelMixin):
                   1.0 - beta1, 1.0 - beta2]  # fmt: skip
         n = param.size
         self.launch(
-            "adam", "adamw_update", param.dtype, n, param, grad, m, v, ints=[n], floats=floats
+            "adam",
+            "adamw_update",
+            param.dtype,
+            n,
+            param,
+            grad,
+            m,
+            v,
+            ints=[n],
+            floats=floats,
+            guarded=True,  # writes nothing after a kernel flagged a bad id (DECISIONS)
         )

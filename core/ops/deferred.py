@@ -59,15 +59,16 @@ def flush(backend: Any = None) -> None:
             raise DomainError(message() + " (detected at the next sync point: deferred)")
 
 
-def check_before_update(backend: Any) -> None:
-    """Raise now any value error deferred on ``backend`` (composite flags, and a kernel
-    backend's device status: ``check_deferred``), before an op writes state that outlives
-    the step. The optimizers call it (through ``host``, so replays do too): a bad id found
-    by the embedding kernels stops the step before any parameter or moment is written
-    (docs/DECISIONS.md, "A bad id on a device"). Free when nothing is pending; else one
-    small read, which waits for the queue."""
+def check_before_update(backend: Any, device_status: bool = True) -> None:
+    """Raise now any value error deferred on ``backend`` (composite flags and, with
+    ``device_status``, a kernel backend's status word: ``check_deferred``), before an
+    update writes state that outlives the step. The optimizers call it (through ``host``,
+    so replays do too): a bad id stops the step before any parameter is written
+    (docs/DECISIONS.md, "A bad id on a device"). AdamW leaves the status word to its
+    kernels, which read it themselves. Free when nothing is pending; else one small read,
+    which waits for the queue."""
     flush(backend)
-    check = getattr(backend, "check_deferred", None)
+    check = getattr(backend, "check_deferred", None) if device_status else None
     if check is not None:
         check()
 
