@@ -91,9 +91,7 @@ def _signature(args: tuple[Any, ...]) -> tuple[tuple[Any, ...], tuple[Any, ...]]
         if kind is Variable or kind is Tensor:
             t = a._value if kind is Variable else a
             extra = (a.requires_grad,) if kind is Variable else ()
-            key.append(
-                (kind.__name__, t.shape, t.strides, t.offset, t.dtype, id(t.backend), *extra)
-            )
+            key.append((kind.__name__, t.shape, t.strides, t.offset, t.dtype, t.backend, *extra))
         elif kind is float or kind is int:
             key.append(kind.__name__)
             signs.append((kind, math.isfinite(a), (a > 0) - (a < 0)))
@@ -236,7 +234,7 @@ def _diff(old: tuple[Any, ...], new: tuple[Any, ...]) -> str:
 
 def _short(k: Any) -> str:
     if type(k) is tuple and k and k[0] in ("Tensor", "Variable"):
-        return f"{k[0]} {k[1]} {k[4]}"
+        return f"{k[0]} {k[1]} {k[4]} on {k[5].name}:{k[5].device_index}"
     return str(k)[:60]
 
 
