@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from collections.abc import Sequence
@@ -96,12 +95,12 @@ def _missing_hypothesis() -> str | None:
     return None
 
 
-def _write(path: str, text: str) -> None:
-    """Atomically: a reader (or a crash) never sees half a report."""
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
+def _write(path: str, text: str, flag: str) -> None:
+    """Atomically, through a link, never over a special file, no temporary left behind
+    (``riftco.output_files``): a reader (or a crash) never sees half a report."""
+    from riftco.output_files import write_file
+
+    write_file(path, text, f"conformance {flag}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -115,6 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     from riftco.errors import RiftcoError
     from riftco.ops.samples import Ctx
+    from riftco.output_files import check_file
 
     from . import throughput as tp
     from .expectations import ExpectationsError, for_backend
@@ -126,7 +126,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     from .suite import Target, resolve, run_target
 
     out = sys.stdout
-    try:
+    try:  # every output path first: a run must not end by failing to write its report
+        for flag, path in (("--json", args.json), ("--html", args.html)):
+            if path:
+                check_file(path, f"conformance {flag}")
         targets = resolve(args.backend)
         expectations = for_backend(targets[0].entry.cls, args.expectations)
     except (RiftcoError, ExpectationsError) as exc:
@@ -189,7 +192,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     out.flush()
                 if args.json and time.perf_counter() - last_write > 1.0:
                     done[-1] = (target, results, time.perf_counter() - start)
-                    _write(args.json, _dumps(report(complete=False)))
+                    _write(args.json, _dumps(report(complete=False)), "--json")
                     last_write = time.perf_counter()
         except RiftcoError as exc:  # planning failed (backend could not start): no cases
             print(f"riftco conformance: {exc}", file=sys.stderr)
@@ -210,12 +213,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     final = report(complete=True)
     for e in final["unmatched_expectations"]:
         print(f"expectations: entry {e['pattern']!r} ({e['status']}) matched no case", file=out)
-    if args.json:
-        _write(args.json, _dumps(final))
-        print(f"JSON report: {args.json}", file=out)
-    if args.html:
-        _write(args.html, render(final))
-        print(f"HTML certificate: {args.html}", file=out)
+    try:
+        if args.json:
+            _write(args.json, _dumps(final), "--json")
+            print(f"JSON report: {args.json}", file=out)
+        if args.html:
+            _write(args.html, render(final), "--html")
+            print(f"HTML certificate: {args.html}", file=out)
+    except RiftcoError as exc:  # e.g. the disk filled up since the paths were checked
+        print(f"riftco conformance: {exc}", file=sys.stderr)
+        return 2
     regressed = _compare(args.compare, final) if args.compare else 0
     return regressed or (0 if final["passed"] else 1)
 

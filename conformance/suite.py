@@ -6,6 +6,7 @@ same cases with the same ids.
 
 from __future__ import annotations
 
+import difflib
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -15,6 +16,7 @@ from typing import Any
 import numpy as np
 import riftco
 from riftco.errors import DeviceLostError
+from riftco.ops.opunit import units
 from riftco.ops.samples import Ctx
 from riftco.plugins import BackendEntry, get_registry
 
@@ -47,6 +49,8 @@ class Target:
     reference: Any = None
     ops: list[str] = field(default_factory=list)  # --ops patterns; empty: everything
     only: tuple[np.dtype, ...] = ()  # --dtypes: the float dtypes checked; empty: all
+    matched: set[str] = field(default_factory=set)  # --ops patterns that picked a case
+    asked: set[str] = field(default_factory=set)  # op names and case ids planning saw
 
     @property
     def label(self) -> str:
@@ -65,7 +69,39 @@ class Target:
         return tuple(dts)
 
     def wanted(self, op: str, cid: str) -> bool:
-        return not self.ops or any(glob_match(op, p) or glob_match(cid, p) for p in self.ops)
+        if not self.ops:
+            return True
+        self.asked.update((op, cid))
+        hits = [p for p in self.ops if glob_match(op, p) or glob_match(cid, p)]
+        self.matched.update(hits)
+        return bool(hits)
+
+
+class UnknownOpsError(riftco.RiftcoError, ValueError):
+    """An ``--ops`` pattern that names no op and no case: a typo must not pass as "OK"."""
+
+
+def check_patterns(target: Target) -> None:
+    """Raise :class:`UnknownOpsError` for an ``--ops`` pattern that picked no case here and
+    matches no op unit (an op whose cases this device skips, e.g. for its dtypes, is fine),
+    naming the closest op names and case ids."""
+    known = {u.name for u in units()} | {"protocol", "tiny_transformer", *target.asked}
+    bad = [
+        p
+        for p in target.ops
+        if p not in target.matched and not any(glob_match(name, p) for name in known)
+    ]
+    if not bad:
+        return
+    parts = []
+    for p in bad:
+        close = difflib.get_close_matches(p, sorted(known), n=4, cutoff=0.5)
+        hint = f"closest: {', '.join(close)}" if close else "no op name is close"
+        parts.append(f"{p!r} matches no op or case id ({hint})")
+    raise UnknownOpsError(
+        f"[conformance] --ops {'; '.join(parts)}. Patterns are comma-separated op names or "
+        "case-id globs, e.g. 'softmax*,matmul'"
+    )
 
 
 def resolve(spec: str) -> list[Target]:
@@ -144,6 +180,7 @@ def plan(target: Target, run: RunSettings) -> list[PlannedCase]:
     if target.wanted(training, f"capture/{training}"):
         replayed = partial(capture_training_results, backend)
         planned.append(PlannedCase(f"capture/{training}", training, replayed))
+    check_patterns(target)
     return planned
 
 

@@ -5,9 +5,14 @@ A small backend-agnostic core (Tensor, raw ops, autograd, nn) talks only to the
 entry-point group. See README.md and docs/.
 """
 
+# ruff: noqa: E402 (startup.py's hook goes in before the imports below can be interrupted)
 from __future__ import annotations
 
-from importlib import metadata as _metadata
+from .startup import quiet_interrupt_in_command as _quiet
+
+_quiet()  # first: Ctrl-C while the riftco command imports prints one line (startup.py)
+
+from importlib import metadata as _metadata  # noqa: E402
 
 from . import autograd, ops, optim  # noqa: E402  (after Tensor: autograd builds on it)
 from .autograd import Variable, no_grad  # noqa: E402

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
+
+from .startup import in_command
 
 
 def _backends(argv: Sequence[str]) -> int:
@@ -181,7 +184,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"\nriftco: unknown command {argv[0]!r}", file=sys.stderr)
             return 2
         return 0
-    cmd, rest = argv[0], argv[1:]
+    try:
+        code = _run(argv[0], argv[1:])
+    except KeyboardInterrupt:  # a command that handles it itself (train) never gets here
+        print(f"riftco {argv[0]}: interrupted", file=sys.stderr)
+        code = 130
+    if code == 130 and in_command():
+        # Interrupted: leave now. Normal interpreter shutdown would run driver destructors
+        # (PoCL's) while a probe's daemon thread is still inside the driver: SIGABRT.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
+
+
+def _run(cmd: str, rest: list[str]) -> int:
     if cmd == "backends":
         return _backends(rest)
     if cmd == "ops":

@@ -19,6 +19,7 @@ from . import ops
 from .autograd import Variable
 from .errors import DTypeError, ShapeError
 from .ops.capture_hooks import host
+from .ops.deferred import check_before_update
 from .ops.fused.adam_multi import CLIP_EPS
 from .tensor import Tensor
 
@@ -31,6 +32,27 @@ def _params(params: Iterable[Variable], op: str) -> list[Variable]:
     if len({id(p) for p in out}) != len(out):
         raise ShapeError(f"[{op}] a parameter is listed twice")
     return out
+
+
+def _values_checked(params: list[Variable], device_status: bool = True) -> None:
+    """Raise a value error a device deferred (an embedding id out of range, found by a
+    kernel or a composite's flag) before an update writes any parameter, as the host
+    backends refuse before the kernel runs. One small read, which waits for the queue,
+    when such a kernel ran; AdamW skips the status word (``device_status=False``): its
+    kernels read it themselves and write nothing."""
+    values = [p.value for p in params if p.grad is not None]
+    if values:  # through host: a captured step checks again on every replay
+        host(_check_backends if device_status else _check_flags, *values)
+
+
+def _check_backends(*values: Tensor) -> None:
+    for backend in {id(v.backend): v.backend for v in values}.values():
+        check_before_update(backend)
+
+
+def _check_flags(*values: Tensor) -> None:
+    for backend in {id(v.backend): v.backend for v in values}.values():
+        check_before_update(backend, device_status=False)
 
 
 def _owned(p: Variable) -> Tensor:
@@ -56,6 +78,7 @@ class SGD:
         self.weight_decay = float(weight_decay)
 
     def step(self) -> None:
+        _values_checked(self.params)
         for p in self.params:
             if p.grad is None:
                 continue
@@ -107,6 +130,9 @@ class AdamW:
         the native op runs its composite (the scale from primitives, then ``adam_update``
         per parameter)."""
         b1, b2 = self.betas
+        # A bad id a kernel flagged stops the update on the device (the adam kernels read
+        # the status word and write nothing): no host wait for it (docs/DECISIONS.md).
+        _values_checked(self.params, device_status=False)
         # The bookkeeping (state made on first use, step counts) is host work a captured
         # step must redo on every replay, and what it hands over (the parameters' current
         # tensors, their moments, the step count) is what the replay must use.

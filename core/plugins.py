@@ -1,10 +1,11 @@
 """Backend discovery through pluggy and the entry-point group ``riftco``.
 
 Loading happens on first use (a device, ``auto`` or ``riftco backends``) and is forgiving:
-no plugin can take riftco down. A plugin that fails to import (``sys.exit()`` included),
-implements an unknown hook, whose hook raises or answers garbage, or that claims a backend
-name already taken, adds nothing and is listed as unavailable with the reason. Backends
-are probed lazily, only the one asked for, and every probe is bounded in time
+no plugin can take riftco down. A plugin that fails to import (``sys.exit()`` included) or
+whose import or ``riftco_backends`` hook does not finish in time, implements an unknown
+hook, whose hook raises or answers garbage, or that claims a backend name already taken,
+adds nothing and is listed as unavailable with the reason. Backends are probed lazily, only
+the one asked for; imports, hooks and probes are all bounded in time
 (``RIFTCO_PROBE_TIMEOUT``, see :mod:`riftco.plugin_checks`). ``RIFTCO_STRICT_PLUGINS=1``
 turns each such fault into a :class:`PluginError` naming the plugin, raised when riftco
 meets it; ``RIFTCO_DISABLE_PLUGINS=a,b`` blocks plugins by entry-point name.
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 from . import hookspecs
+from .env_values import flag
 from .errors import BackendUnavailableError, PluginError, UnknownBackendError
 from .lazy_backend import LazyBackend
 from .plugin_checks import (
@@ -51,7 +53,7 @@ def _env_list(name: str) -> set[str]:
 
 
 def _strict() -> bool:
-    return os.environ.get("RIFTCO_STRICT_PLUGINS", "") not in ("", "0", "false", "no")
+    return flag("RIFTCO_STRICT_PLUGINS")
 
 
 class BackendEntry:
@@ -282,7 +284,8 @@ class Registry:
 
     # -- loading ------------------------------------------------------------------------
     def _load_entry_points(self) -> None:
-        """Import every plugin (on this thread: imports may need the main thread)."""
+        """Import every plugin, each in a daemon thread bounded by ``RIFTCO_PROBE_TIMEOUT``
+        (docs/DECISIONS.md, "Plugin imports and hooks are bounded in time")."""
         disabled = _env_list("RIFTCO_DISABLE_PLUGINS")
         try:
             found = list(metadata.entry_points(group=ENTRY_POINT_GROUP))
@@ -304,12 +307,13 @@ class Registry:
                 self._plugin_failed(ep.name, dist, reason, None)
                 continue
             loaded[ep.name] = dist[0]
-            try:
-                plugin = ep.load()
-            except (Exception, SystemExit) as exc:  # KeyboardInterrupt still stops riftco
-                reason = f"plugin {ep.name!r} ({ep.value}) failed to import: {short_exc(exc)}"
-                self._plugin_failed(ep.name, dist, reason, exc)
+            out = call_bounded(ep.load, "its import", probe_timeout())
+            if out.error:  # raised (sys.exit() included), or still importing at the limit
+                why = out.error if out.cause is None else short_exc(out.cause)
+                reason = f"plugin {ep.name!r} ({ep.value}) failed to import: {why}"
+                self._plugin_failed(ep.name, dist, reason, out.cause)
                 continue
+            plugin = out.value
             try:
                 self.register(plugin, name=ep.name, distribution=dist)
             except PluginError as exc:  # two entry points load one module
@@ -396,10 +400,10 @@ class Registry:
             )
         classes: list[type[Any]] = []
         for impl in impls:
-            try:
-                answer: Any = impl.function()
-            except (Exception, SystemExit) as exc:
-                return f"{who}: hook riftco_backends raised {short_exc(exc)}", exc, []
+            out = call_bounded(impl.function, "hook riftco_backends", probe_timeout())
+            if out.error:
+                return f"{who}: {out.error}", out.cause, []
+            answer: Any = out.value
             problem = check_hook_answer(answer)
             if problem:
                 return f"{who}: {problem}", None, []

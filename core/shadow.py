@@ -8,9 +8,11 @@ method there and raises :class:`~riftco.errors.ValidationError` at the first out
 diverges, naming the op, the shapes and the error. It is the tool for "my training run
 goes wrong on this GPU": the first bad kernel is named, not the last NaN.
 
-Tolerances are the op unit's, with ``atol`` relative to each output's own scale (live
-data is less tame than test data) and a slack factor (``RIFTCO_VALIDATE_SLACK``). In-place
-ops (``fill``, ``adam_update``) are compared on the tensors they write. Off by default and
+Tolerances are the op unit's, with ``atol`` relative to each output's own scale (its
+largest finite magnitude, with no floor: live data is less tame than test data, and a
+gradient of magnitude 1e-3 must still be checked to 1e-4 of itself) and a slack factor
+(``RIFTCO_VALIDATE_SLACK``). In-place ops (``fill``, ``adam_update``,
+``adam_update_multi``'s lists) are compared on the tensors they write. Off by default and
 free when off: dispatch tests one module global. Ops on the CPU backend itself are not
 shadowed (it *is* the reference).
 """
@@ -18,6 +20,7 @@ shadowed (it *is* the reference).
 from __future__ import annotations
 
 import inspect
+import math
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -25,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from .device import Device
-from .errors import ValidationError
+from .errors import RiftcoError, ValidationError
 from .ops import dispatch  # the module: its ``validator`` global is the hook
 from .ops.comparison import compare
 from .ops.opunit import OpUnit, Tolerance
@@ -55,26 +58,28 @@ class ShadowValidator:
             return
         ref, ref_args = state
         expected = getattr(ref, unit.name)(*ref_args)
-        if unit.in_place:
+        if unit.in_place:  # a written argument may be a list (adam_update_multi's params)
             positions = _written(unit)
-            got = [host_view(args[i]) for i in positions]
-            want = [ref_args[i].numpy() for i in positions]
+            got = [_flat(args[i]) for i in positions]
+            want = [_flat(ref_args[i]) for i in positions]
+            names = list(unit.outputs)
         else:
-            got, want = _flat(out), _flat(expected)
+            got, want = _per_output(out), _per_output(expected)
+            names = list(unit.outputs) if len(unit.outputs) == len(got) else []
         self.checked += 1
         shapes = ", ".join(_describe(a) for a in args)
         who = f"backend {backend.name}:{backend.device_index}"
-        if len(got) != len(want):
+        if [len(g) for g in got] != [len(w) for w in want]:
             raise ValidationError(
-                f"[{unit.name}] shadow validation: {who} returned {len(got)} outputs, the "
-                f"cpu reference {len(want)}; inputs: {shapes}"
+                f"[{unit.name}] shadow validation: {who} returned {sum(map(len, got))} "
+                f"outputs, the cpu reference {sum(map(len, want))}; inputs: {shapes}"
             )
-        names = (
-            unit.outputs
-            if len(unit.outputs) == len(got)
-            else [f"output {i}" for i in range(len(got))]
-        )
-        for name, g, e in zip(names, got, want, strict=True):
+        named = []
+        for i, (gs, ws) in enumerate(zip(got, want, strict=True)):
+            name = names[i] if names else f"output {i}"
+            for j, pair in enumerate(zip(gs, ws, strict=True)):
+                named.append((f"{name}[{j}]" if len(gs) > 1 else name, *pair))
+        for name, g, e in named:
             problem = _diverges(unit, g, e, self.slack)
             if problem:
                 raise ValidationError(
@@ -107,6 +112,13 @@ def _flat(out: Any) -> list[np.ndarray]:
     return []
 
 
+def _per_output(out: Any) -> list[list[np.ndarray]]:
+    """An op's result as one list of arrays per output (a list output keeps its items)."""
+    if isinstance(out, tuple):
+        return [_flat(o) for o in out]
+    return [_flat(out)]
+
+
 def _describe(a: Any) -> str:
     if isinstance(a, Tensor):
         return f"{a.shape} {a.dtype.name}"
@@ -122,8 +134,11 @@ def _diverges(unit: OpUnit, got: np.ndarray, expected: np.ndarray, slack: float)
         return f"dtype {got.dtype}, reference {expected.dtype}"
     tol = unit.tolerance.for_dtype(got.dtype)
     finite = np.abs(expected[np.isfinite(expected)]) if expected.size else np.zeros(0)
-    scale = float(finite.max()) if finite.size else 1.0
-    tol = Tolerance(tol.atol * max(1.0, scale) * slack, tol.rtol * slack)
+    # atol is relative to this output's own scale (its largest finite magnitude), with no
+    # floor: a floor of 1 let 1 % errors through in outputs of magnitude 1e-3 (issue 31).
+    # Only an output the reference makes all zero falls back to atol itself.
+    scale = float(finite.max()) if finite.size else 0.0
+    tol = Tolerance(tol.atol * (scale or 1.0) * slack, tol.rtol * slack)
     comp = compare("out", got, expected, tol)
     return "" if comp.ok else comp.describe().removeprefix("out: ")
 
@@ -148,17 +163,50 @@ def disable() -> None:
 
 
 def is_enabled() -> bool:
-    return dispatch.validator is not None
+    return isinstance(dispatch.validator, ShadowValidator)
+
+
+class _Misconfigured:
+    """Installed for a ``RIFTCO_VALIDATE`` (or ``_SLACK``) value riftco cannot honour: the
+    import succeeds (a traceback at ``import riftco`` names no command), and the first op
+    raises the reason as a RiftcoError, which every riftco command prints as one line.
+    Running unvalidated would silently drop what was asked for."""
+
+    def __init__(self, problem: str) -> None:
+        self.problem = problem
+
+    def before(self, unit: OpUnit, backend: Any, args: Sequence[Any]) -> Any:
+        raise RiftcoError(self.problem)
+
+    def after(self, *args: Any) -> None:  # pragma: no cover - before always raises
+        raise RiftcoError(self.problem)
 
 
 def install_from_env() -> None:
-    """Read ``RIFTCO_VALIDATE`` (``cpu`` enables; empty, ``0`` or ``off`` leaves it off)."""
-    value = os.environ.get(_ENV, "").strip().lower()
+    """Read ``RIFTCO_VALIDATE`` (``cpu`` enables; empty, ``0``, ``off``, ``false`` or ``no``
+    leaves it off) and ``RIFTCO_VALIDATE_SLACK`` (a positive factor, default 1)."""
+    raw = os.environ.get(_ENV, "")
+    value = raw.strip().lower()
     if value in ("", "0", "off", "false", "no"):
         return
     if value != REFERENCE:
-        raise ValueError(f"[shadow] {_ENV}={value!r} is not supported; use {_ENV}=cpu")
-    enable(REFERENCE, float(os.environ.get(_SLACK_ENV, "1") or 1))
+        dispatch.validator = _Misconfigured(
+            f"[shadow] {_ENV}={raw!r} is not supported: {_ENV}=cpu checks every op against "
+            f"the CPU reference (the only one), {_ENV}=0 turns validation off"
+        )
+        return
+    raw_slack = os.environ.get(_SLACK_ENV, "").strip() or "1"
+    try:
+        slack = float(raw_slack)
+    except ValueError:
+        slack = math.nan
+    if not (math.isfinite(slack) and slack > 0):
+        dispatch.validator = _Misconfigured(
+            f"[shadow] {_SLACK_ENV}={raw_slack!r} must be a positive number (the factor on "
+            "every tolerance; default 1)"
+        )
+        return
+    enable(REFERENCE, slack)
 
 
 install_from_env()

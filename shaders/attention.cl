@@ -10,8 +10,8 @@
 /* In place on scores [rows, T] (the product q k^T): each row becomes
  * softmax_j(scale * s_ij) over j <= i (causal, by index) or all j; masked entries become
  * exactly 0. Specials as in softmax.cl, decided on the loaded scores: a row with a NaN or
- * +inf visible score, or with no finite one, is NaN throughout (masked entries included,
- * as the reference's arithmetic gives). */
+ * +inf visible score, or with no finite one, is NaN in its visible entries; its masked
+ * entries stay exactly 0 (by index, so fast math cannot change it). */
 KERNEL void attention_softmax(GLOBAL T* s ARG(0), GLOBAL const int* P ARG(1),
                               GLOBAL const T* F ARG(2) THREAD_ARGS) {
     LOCAL T buf[RT_MAX_GROUP];
@@ -52,7 +52,7 @@ KERNEL void attention_softmax(GLOBAL T* s ARG(0), GLOBAL const int* P ARG(1),
         if (active) {
             for (int j = rt.tl; j < Tn; j += rt.tw) {
                 T e = s[base + j];
-                s[base + j] = !normal ? RIFTCO_NAN : (j < jend ? e / row_sum : (T)0.0);
+                s[base + j] = j >= jend ? (T)0.0 : (!normal ? RIFTCO_NAN : e / row_sum);
             }
         }
     }

@@ -156,3 +156,42 @@ def primitives_only_backend(name: str) -> type:
             **{op: _dense_only(op) for op in PRIMITIVE_OPS if op not in TRANSFER_OPS},
         },
     )
+
+
+def backend_device(name: str, monkeypatch: pytest.MonkeyPatch) -> riftco.Device:
+    """Device 0 of backend ``name`` (``metal`` runs on the OpenCL stand-in:
+    RIFTCO_METAL_STANDIN=1), or skip the test saying why it cannot run here."""
+    if name == "metal":
+        monkeypatch.setenv("RIFTCO_METAL_STANDIN", "1")
+    entry = riftco.get_registry().entries.get(name)
+    if entry is None or not entry.available or not entry.devices():
+        pytest.skip(f"{name} cannot run here: {entry.reason if entry else 'not registered'}")
+    return riftco.device(name)
+
+
+def run_in_threads(work: Any, n: int, switch_interval: float = 1e-6) -> dict[int, Any]:
+    """``work(k)`` for k < n in n threads at once, with the interpreter switching threads
+    every ``switch_interval`` seconds (so they interleave inside each call): each one's
+    result, or the exception it raised."""
+    import sys
+    import threading
+
+    results: dict[int, Any] = {}
+
+    def run(k: int) -> None:
+        try:
+            results[k] = work(k)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller
+            results[k] = exc
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(switch_interval)
+    try:
+        threads = [threading.Thread(target=run, args=(k,)) for k in range(n)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(old)
+    return results

@@ -13,6 +13,7 @@ import warnings
 import numpy as np
 import pytest
 import riftco
+from helpers import backend_device
 from riftco import CaptureError, CaptureWarning, ops
 from riftco.autograd import Variable, cross_entropy
 from riftco.errors import DomainError, StaleGraphError
@@ -23,12 +24,7 @@ VOCAB, CTX, BATCH = 11, 8, 3
 
 
 def _device(name: str, monkeypatch: pytest.MonkeyPatch) -> riftco.Device:
-    if name == "metal":
-        monkeypatch.setenv("RIFTCO_METAL_STANDIN", "1")
-    entry = riftco.get_registry().entries.get(name)
-    if entry is None or not entry.available or not entry.devices():
-        pytest.skip(f"{name} cannot run here: {entry.reason if entry else 'not registered'}")
-    return riftco.device(name)
+    return backend_device(name, monkeypatch)
 
 
 class Run:

@@ -325,11 +325,13 @@ def test_layer_norm_nan_row_stays_in_its_row(be: Any) -> None:
 
 
 def _attention_ref_rows(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float) -> Any:
-    """Causal attention in float64 with SEMANTICS.md's row rules (a NaN score row: NaN)."""
+    """Causal attention in float64 with the row rules (a NaN score row: NaN where visible;
+    masked probabilities exactly 0 in every row, as the attention contract says)."""
     t = q.shape[-2]
     s = scale * np.einsum("bhid,bhjd->bhij", q.astype(np.float64), k.astype(np.float64))
-    s = np.where(np.triu(np.ones((t, t), bool), 1), -np.inf, s)
-    p = _softmax_ref(s)
+    masked = np.triu(np.ones((t, t), bool), 1)
+    s = np.where(masked, -np.inf, s)
+    p = np.where(masked, 0.0, _softmax_ref(s))
     with np.errstate(invalid="ignore"):
         lse = np.log(np.exp(s - s.max(-1, keepdims=True)).sum(-1)) + s.max(-1)
     return p @ v.astype(np.float64), p, lse

@@ -76,9 +76,12 @@ def attention_math(
 ) -> tuple[np.ndarray, np.ndarray]:
     """``(out, probs)`` of ``[..., T, D]`` heads: ``softmax(scale q kᵀ, masked) v``."""
     s = np.matmul(q, np.swapaxes(k, -1, -2)) * scale
-    if causal:
-        s = np.where(_causal_mask(s.shape[-2], s.shape[-1]), -np.inf, s)
-    p = softmax_math(s)
+    if not causal:
+        p = softmax_math(s)
+        return np.matmul(p, v), p
+    mask = _causal_mask(s.shape[-2], s.shape[-1])
+    # masked probabilities are exactly 0, in a NaN row too (softmax alone makes them NaN)
+    p = np.where(mask, 0.0, softmax_math(np.where(mask, -np.inf, s))).astype(s.dtype)
     return np.matmul(p, v), p
 
 

@@ -17,13 +17,13 @@ copy only when their input is a view.
 from __future__ import annotations
 
 import math
-import os
 from typing import Any, ClassVar
 
 import numpy as np
 from riftco.backend import DeviceInfo
 from riftco.backends.cpu.backend import CPUBackend
 from riftco.backends.cpu.views import view
+from riftco.env_values import choice, whole_number
 from riftco.ops.fused.adam_multi import CLIP_EPS
 from riftco.tensor import Storage, Tensor, dense_strides
 
@@ -33,8 +33,8 @@ from .linear_gelu import NativeLinearGelu
 from .pool import MIN_BYTES, BufferPool
 from .primitives import NativePrimitives
 
-#: Bytes of freed result buffers kept for reuse (``RIFTCO_NATIVE_POOL_MB`` overrides).
-POOL_LIMIT = int(os.environ.get("RIFTCO_NATIVE_POOL_MB", "256")) << 20
+#: MiB of freed result buffers kept for reuse (``RIFTCO_NATIVE_POOL_MB`` overrides).
+POOL_MB = 256
 
 _SUFFIX = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
 _CTYPE = {np.dtype(np.float32): "float[]", np.dtype(np.float64): "double[]"}
@@ -68,10 +68,11 @@ class NativeBackend(NativeAttention, NativeLinearGelu, NativePrimitives, CPUBack
         super().__init__(device_index)
         mod = build.load()
         self._lib, self._ffi = mod.lib, mod.ffi
-        found = None if os.environ.get("RIFTCO_NATIVE_MATMUL") == "numpy" else blas.find()
+        matmul = choice("RIFTCO_NATIVE_MATMUL", ("blas", "numpy"), "blas")
+        found = None if matmul == "numpy" else blas.find()
         self._blas = found
         self._blas_guard = _SingleThreadedBlas(found)
-        self._pool = BufferPool(POOL_LIMIT)
+        self._pool = BufferPool(whole_number("RIFTCO_NATIVE_POOL_MB", POOL_MB, "MiB") << 20)
         # the exact path a result's buffer takes when its last view dies
         self._pool.calibrate(lambda buf: Storage(buf, buf.size, self._release))
         self._allocated = self._peak = 0  # the probe was never a tensor

@@ -8,13 +8,15 @@
  * element is written by one thread; nothing depends on the thread count.
  */
 
+/* 1 - b1 and 1 - b2 come in computed in double: made in T from b2 rounded to float,
+ * 1 - 0.999f is 9.99987e-4, which the double bias correction does not match. */
 RIFT_CLONES static void F(adam_chunk)(T *p, const T *g, T *m, T *v, int64_t n, T s, T lr,
-                                      T b1, T b2, T eps, T wd, T bc1, T bc2) {
+                                      T b1, T b2, T eps, T wd, T bc1, T bc2, T omb1, T omb2) {
     RIFT_SIMD
     for (int64_t i = 0; i < n; i++) {
         T gi = g[i] * s;
-        T mi = b1 * m[i] + ((T)1 - b1) * gi;
-        T vi = b2 * v[i] + ((T)1 - b2) * gi * gi;
+        T mi = b1 * m[i] + omb1 * gi;
+        T vi = b2 * v[i] + omb2 * gi * gi;
         m[i] = mi;
         v[i] = vi;
         T upd = (mi / bc1) / (RIFT_SQRT(vi / bc2) + eps);
@@ -29,7 +31,7 @@ void F(adam_update)(T *p, const T *g, T *m, T *v, int64_t n, double lr, double b
     for (int64_t c = 0; c < chunks; c++) {
         int64_t lo = c * RIFT_CHUNK, hi = lo + RIFT_CHUNK < n ? lo + RIFT_CHUNK : n;
         F(adam_chunk)(p + lo, g + lo, m + lo, v + lo, hi - lo, (T)1, (T)lr, (T)b1, (T)b2,
-                      (T)eps, (T)wd, (T)bc1, (T)bc2);
+                      (T)eps, (T)wd, (T)bc1, (T)bc2, (T)(1.0 - b1), (T)(1.0 - b2));
     }
 }
 
@@ -67,7 +69,7 @@ int F(adam_update_multi)(T **p, T **g, T **m, T **v, const int64_t *n, int64_t c
         int64_t k = lo_k, lo = (c - first[k]) * RIFT_CHUNK;
         int64_t hi = lo + RIFT_CHUNK < n[k] ? lo + RIFT_CHUNK : n[k];
         F(adam_chunk)(p[k] + lo, g[k] + lo, m[k] + lo, v[k] + lo, hi - lo, s, (T)lr, (T)b1,
-                      (T)b2, (T)eps, (T)wd, (T)bc1, (T)bc2);
+                      (T)b2, (T)eps, (T)wd, (T)bc1, (T)bc2, (T)(1.0 - b1), (T)(1.0 - b2));
     }
     free(first);
     return 0;

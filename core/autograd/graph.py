@@ -27,13 +27,14 @@ for the tensors their replay will read again.
 from __future__ import annotations
 
 import itertools
+import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from .. import ops
 from ..errors import DeviceMismatchError, DTypeError, GradientError, ShapeError, StaleGraphError
-from ..ops.capture_hooks import published
+from ..ops.capture_hooks import bump_generation, published
 from ..tensor import Tensor
 from . import domain
 
@@ -42,18 +43,25 @@ Rule = Callable[[Tensor], Sequence["Tensor | None"]]
 _seq = itertools.count(1)  # creation stamps: recompute() tells its own nodes from outer ones
 
 
-class _Reads:
+class _ReadsState(threading.local):
     """The read log of the recompute region whose forward is running (None: no region).
 
     ``make`` adds every parent Variable it sees, keyed by identity, with its version at
     the first read; a raw Tensor operand reaches ``make`` wrapped as a constant leaf, so
-    it is logged too. Process-wide like ``_GradMode``."""
+    it is logged too. Per thread like ``_GradMode``."""
 
     log: dict[int, tuple[Variable, int]] | None = None
 
 
-class _GradMode:
-    enabled = True  # process-wide like tinygrad's Tensor.no_grad; not per thread
+class _GradModeState(threading.local):
+    """Per thread, as PyTorch's grad mode: one thread evaluating under ``no_grad`` must not
+    stop another from recording its graph (docs/DECISIONS.md, "Threads sharing a device")."""
+
+    enabled = True
+
+
+_Reads = _ReadsState()
+_GradMode = _GradModeState()
 
 
 @contextmanager
@@ -163,6 +171,7 @@ class Variable:
         if moved is not self._value:
             self._replace(moved)
             self.grad = None
+            bump_generation()  # a captured step that read it on the old device records again
         return self
 
     # -- metadata -----------------------------------------------------------------------------

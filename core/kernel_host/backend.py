@@ -17,6 +17,7 @@ kernel ran since the last read and raise the deferred DomainError (``status.py``
 from __future__ import annotations
 
 import math
+import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -76,6 +77,11 @@ class KernelBackend(FusedKernels, PrimitiveKernels, BackendBase):
         self._constants: OrderedDict[tuple[Any, ...] | bytes, Any] = OrderedDict()
         self._launchable: dict[tuple[Any, ...], Any] = {}
         self._stats = TransferStats()
+        #: Serialises every call into the runtime: a device is shared by the threads that
+        #: use it (docs/DECISIONS.md, "Threads sharing a device"). A kernel object's
+        #: arguments are set, then it is queued: two threads interleaving those two calls
+        #: would launch each other's buffers. Re-entrant: ``to_numpy`` launches a copy.
+        self.lock = threading.RLock()
         self.device_status = DeviceStatus(
             self.runtime.allocate, self.runtime.upload, self._read_status
         )
@@ -129,33 +135,38 @@ class KernelBackend(FusedKernels, PrimitiveKernels, BackendBase):
         index_dtype: np.dtype | None = None,
         defines: Mapping[str, str] | None = None,
         status: tuple[str, int] | None = None,
+        guarded: bool = False,
     ) -> None:
         """Queue ``kernel`` of ``shaders/<family>.cl`` over ``threads`` threads (1-D).
 
         ``status=(op, bound)`` binds the device status buffer after the tensors, and appends
         its slot to ``ints``, for a kernel that checks its ids against ``bound``
-        (``status.py``)."""
+        (``status.py``). ``guarded`` binds it after the tensors for a kernel that reads
+        it and writes nothing once a bad id was flagged (the optimizers')."""
         if threads <= 0:
             return
-        # Hot path (a training step launches hundreds of kernels): one dict probe for the
-        # kernel, parameter buffers keyed by the Python values (no numpy on a cache hit).
-        fast = (family, kernel, dtype, index_dtype) if defines is None else None
-        k = self._launchable.get(fast) if fast is not None else None
-        if k is None:
-            k = self.kernel(family, kernel, dtype, index_dtype, defines)
-            if fast is not None:
-                self._launchable[fast] = k
-        buffers = [t.storage.buffer.raw for t in args]
-        if status is not None:  # the status buffer, and its slot as the last int
-            raw, slot = self.device_status.buffer(*status)
-            buffers.append(raw)
-            ints = (*ints, slot)
-        if ints:
-            buffers.append(self._constant(np.int32, tuple(ints)))
-        if floats:
-            buffers.append(self._constant(np.dtype(dtype), tuple(floats)))
-        self.runtime.launch(k, int(threads), buffers)
-        self._stats.launches += 1
+        with self.lock:  # kernel arguments are set, then queued (see __init__)
+            # Hot path (a training step launches hundreds of kernels): one dict probe for the
+            # kernel, parameter buffers keyed by the Python values (no numpy on a cache hit).
+            fast = (family, kernel, dtype, index_dtype) if defines is None else None
+            k = self._launchable.get(fast) if fast is not None else None
+            if k is None:
+                k = self.kernel(family, kernel, dtype, index_dtype, defines)
+                if fast is not None:
+                    self._launchable[fast] = k
+            buffers = [t.storage.buffer.raw for t in args]
+            if guarded:
+                buffers.append(self.device_status.raw())
+            if status is not None:  # the status buffer, and its slot as the last int
+                raw, slot = self.device_status.buffer(*status)
+                buffers.append(raw)
+                ints = (*ints, slot)
+            if ints:
+                buffers.append(self._constant(np.int32, tuple(ints)))
+            if floats:
+                buffers.append(self._constant(np.dtype(dtype), tuple(floats)))
+            self.runtime.launch(k, int(threads), buffers)
+            self._stats.launches += 1
 
     def _constant(self, dtype: Any, values: tuple[Any, ...]) -> Any:
         key: tuple[Any, ...] | bytes = (dtype, values)
@@ -222,19 +233,21 @@ class KernelBackend(FusedKernels, PrimitiveKernels, BackendBase):
         self._check_dtype("from_numpy", arr.dtype)
         out = self.empty(shape, arr.dtype)
         if arr.nbytes:
-            self.runtime.upload(out.storage.buffer.raw, arr)
-            self._stats.uploads += 1
-            self._stats.upload_bytes += arr.nbytes
+            with self.lock:
+                self.runtime.upload(out.storage.buffer.raw, arr)
+                self._stats.uploads += 1
+                self._stats.upload_bytes += arr.nbytes
         return out
 
     def to_numpy(self, x: Tensor) -> np.ndarray:
-        self.device_status.check()  # raises the deferred DomainError of a flagged kernel
-        if x.size == 0:
-            return np.empty(x.shape, dtype=x.dtype)
-        src = x if x.is_dense else self.copy_strided(x)
-        raw = self.runtime.download(src.storage.buffer.raw, src.nbytes)
-        self._stats.downloads += 1
-        self._stats.download_bytes += src.nbytes
+        with self.lock:
+            self.device_status.check()  # raises the deferred DomainError of a flagged kernel
+            if x.size == 0:
+                return np.empty(x.shape, dtype=x.dtype)
+            src = x if x.is_dense else self.copy_strided(x)
+            raw = self.runtime.download(src.storage.buffer.raw, src.nbytes)
+            self._stats.downloads += 1
+            self._stats.download_bytes += src.nbytes
         return raw.view(x.dtype).reshape(x.shape)
 
     def copy_strided(self, x: Tensor) -> Tensor:
@@ -264,10 +277,18 @@ class KernelBackend(FusedKernels, PrimitiveKernels, BackendBase):
         a live runtime buffer to one ``DeviceBuffer`` only, so a shared ``raw`` is an alias."""
         return getattr(a, "raw", a) is getattr(b, "raw", b)
 
+    def check_deferred(self) -> None:
+        """Raise the deferred DomainError now if a flagged kernel ran since the last check
+        (one 4-byte read, which waits for the queue); free when none ran. Called before
+        updates that do not guard themselves (``riftco.ops.deferred.check_before_update``)."""
+        with self.lock:
+            self.device_status.check()
+
     def synchronize(self) -> None:
-        self.runtime.synchronize()
-        self._stats.synchronizations += 1
-        self.device_status.check()
+        with self.lock:
+            self.runtime.synchronize()
+            self._stats.synchronizations += 1
+            self.device_status.check()
 
     def memory_stats(self) -> dict[str, int]:
         return self.allocator.stats()

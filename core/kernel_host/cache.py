@@ -35,6 +35,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..env_values import flag
+
 try:
     import fcntl
 except ImportError:  # pragma: no cover - Windows: entries are still shared, builds may repeat
@@ -53,9 +55,9 @@ def cache_root() -> Path:
 
 
 def cache_enabled() -> bool:
-    """False when ``RIFTCO_KERNEL_CACHE`` is 0/false/no/off (anything else: on)."""
-    raw = os.environ.get(KERNEL_CACHE_ENV, "").strip().lower()
-    return raw not in ("0", "false", "no", "off")
+    """False when ``RIFTCO_KERNEL_CACHE`` is 0/false/no/off, True when unset or
+    1/true/yes/on; anything else is an error naming the variable."""
+    return flag(KERNEL_CACHE_ENV, default=True)
 
 
 @dataclass(frozen=True)

@@ -63,9 +63,9 @@ class AdamMultiKernels(KernelMixin):
         max_norm: float,
     ) -> None:
         dtype = params[0].dtype
-        # Bias corrections in float64 on the host, as adam_update's plan does.
+        # Bias corrections and 1 - beta in float64 on the host (shaders/adam.cl says why).
         floats = (lr, beta1, beta2, eps, weight_decay, 1.0 - beta1**step, 1.0 - beta2**step,
-                  max_norm, CLIP_EPS)  # fmt: skip
+                  max_norm, CLIP_EPS, 1.0 - beta1, 1.0 - beta2)  # fmt: skip
         clip = int(grad_norm is not None)
         for group in segment_groups([p.size for p in params]):
             bound: list[Tensor] = []
@@ -76,4 +76,4 @@ class AdamMultiKernels(KernelMixin):
                 sizes.append(params[i].size if k < len(group) else 0)
             norm = grad_norm if grad_norm is not None else params[group[0]]  # unread if 0
             self.launch("adam", "adamw_multi", dtype, sum(sizes), *bound, norm,
-                        ints=(*sizes, clip), floats=floats)  # fmt: skip
+                        ints=(*sizes, clip), floats=floats, guarded=True)  # fmt: skip

@@ -52,6 +52,7 @@ class KernelHost(Protocol):
         index_dtype: np.dtype | None = None,
         defines: Mapping[str, str] | None = None,
         status: tuple[str, int] | None = None,
+        guarded: bool = False,
     ) -> None:
         """Queue ``kernel`` of ``shaders/<family>.cl`` (``KernelBackend.launch``)."""
         ...

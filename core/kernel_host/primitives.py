@@ -281,9 +281,20 @@ class PrimitiveKernels(ElementwiseByName, KernelMixin):
         weight_decay: float,
         step: int,
     ) -> None:
-        # Bias corrections in float64 on the host: 1 - 0.999**1 is exact enough either way.
-        floats = [lr, beta1, beta2, eps, weight_decay, 1.0 - beta1**step, 1.0 - beta2**step]
+        # Bias corrections and 1 - beta in float64 on the host (shaders/adam.cl says why).
+        floats = [lr, beta1, beta2, eps, weight_decay, 1.0 - beta1**step, 1.0 - beta2**step,
+                  1.0 - beta1, 1.0 - beta2]  # fmt: skip
         n = param.size
         self.launch(
-            "adam", "adamw_update", param.dtype, n, param, grad, m, v, ints=[n], floats=floats
+            "adam",
+            "adamw_update",
+            param.dtype,
+            n,
+            param,
+            grad,
+            m,
+            v,
+            ints=[n],
+            floats=floats,
+            guarded=True,  # writes nothing after a kernel flagged a bad id (DECISIONS)
         )

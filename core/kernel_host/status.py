@@ -60,11 +60,17 @@ class DeviceStatus:
         self.reads = 0
         self.read_bytes = 0
 
-    def buffer(self, op: str, high: int) -> tuple[Any, int]:
-        """``(raw buffer, slot)`` to bind for a launch of ``op`` whose ids lie below ``high``."""
+    def raw(self) -> Any:
+        """The buffer, made on first use: what a guarded kernel reads (word 0, the flags:
+        an optimizer kernel writes nothing when an earlier kernel flagged a bad id)."""
         if self._buffer is None:
             self._buffer = self._allocate(_INITIAL.nbytes)
             self._upload(self._buffer, _INITIAL)
+        return self._buffer
+
+    def buffer(self, op: str, high: int) -> tuple[Any, int]:
+        """``(raw buffer, slot)`` to bind for a launch of ``op`` whose ids lie below ``high``."""
+        self.raw()
         slots = self.pending.setdefault(op, [])
         high = int(high)
         for i, bounds in enumerate(slots):

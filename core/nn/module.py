@@ -17,11 +17,18 @@ from .. import creation
 from ..autograd import Variable
 from ..device import Device
 from ..errors import DTypeError, ShapeError
+from ..ops.capture_hooks import bump_generation
 
 
 def parameter(array: np.ndarray, device: str | Device | None = None) -> Variable:
     """A trainable leaf holding ``array`` (its dtype kept as is) on ``device``."""
     return Variable(creation.tensor(np.ascontiguousarray(array), device=device), requires_grad=True)
+
+
+def _holds_parameters(value: Any) -> bool:
+    if isinstance(value, (list, tuple)):
+        return any(_holds_parameters(v) for v in value)
+    return isinstance(value, (Variable, Module))
 
 
 class Module:
@@ -30,6 +37,14 @@ class Module:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.forward(*args, **kwargs)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        """Binding a new parameter or child where one was tells captured steps (which do not
+        run the model's Python on replay) to record again (``riftco.replay``)."""
+        old = vars(self).get(name)
+        if old is not None and old is not value and _holds_parameters(old):
+            bump_generation()
+        object.__setattr__(self, name, value)
 
     # -- the tree ------------------------------------------------------------------------------
     def named_children(self) -> Iterator[tuple[str, Module]]:

@@ -18,6 +18,7 @@ Outside a recording each hook costs one attribute read.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
@@ -47,11 +48,31 @@ class Recorder(Protocol):
     def see(self, backend: Any) -> None: ...
 
 
-class _Active:
+class _Active(threading.local):
+    """Per thread: a recording belongs to the thread that runs the step, so two threads
+    may each record (or replay) their own captured step at once."""
+
     recorder: Recorder | None = None
 
 
 ACTIVE = _Active()
+
+#: Bumped whenever a Variable moves to another device (``Variable.to``) or a module binds a
+#: new parameter or child where one was (``Module.__setattr__``). A replay never runs the
+#: step's Python, so it cannot see the model bind a new Variable; a plan recorded under
+#: another generation is recorded again (``riftco.replay``).
+_generation = [0]
+
+
+def bump_generation() -> None:
+    """Say that the parameters a recorded step would read may have changed. (A value given
+    with ``Variable.assign``, e.g. by ``load_state_dict``, needs no bump: a replay reads
+    the current value of every parameter whose gradient the step publishes.)"""
+    _generation[0] += 1
+
+
+def generation() -> int:
+    return _generation[0]
 
 
 def host(fn: Callable[..., R], *tensors: Any) -> R:

@@ -11,6 +11,7 @@ there, so ops check at once instead (see ``host_resident``).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -23,6 +24,7 @@ from .capture_hooks import host
 #: (backend, flag tensor (> 0 means violated), message maker)
 _pending: list[tuple[Any, Tensor, Callable[[], str]]] = []
 _MAX_PENDING = 64
+_lock = threading.Lock()  # threads defer and flush on shared devices (DECISIONS, threads)
 
 
 def host_resident(x: Tensor) -> bool:
@@ -36,8 +38,10 @@ def defer(flag: Tensor, message: Callable[[], str]) -> None:
 
 
 def _add(flag: Tensor, message: Callable[[], str]) -> None:
-    _pending.append((flag.backend, flag, message))
-    if len(_pending) >= _MAX_PENDING:
+    with _lock:
+        _pending.append((flag.backend, flag, message))
+        full = len(_pending) >= _MAX_PENDING
+    if full:
         flush()
 
 
@@ -46,14 +50,27 @@ def flush(backend: Any = None) -> None:
     global _pending
     if not _pending:
         return
-    mine = [p for p in _pending if backend is None or p[0] is backend]
-    if not mine:
-        return
-    _pending = [p for p in _pending if not (backend is None or p[0] is backend)]
+    with _lock:
+        mine = [p for p in _pending if backend is None or p[0] is backend]
+        _pending = [p for p in _pending if not (backend is None or p[0] is backend)]
     for b, flag, message in mine:
         value = b.to_numpy(flag).reshape(-1)
         if value.size and value[0] > 0:
             raise DomainError(message() + " (detected at the next sync point: deferred)")
+
+
+def check_before_update(backend: Any, device_status: bool = True) -> None:
+    """Raise now any value error deferred on ``backend`` (composite flags and, with
+    ``device_status``, a kernel backend's status word: ``check_deferred``), before an
+    update writes state that outlives the step. The optimizers call it (through ``host``,
+    so replays do too): a bad id stops the step before any parameter is written
+    (docs/DECISIONS.md, "A bad id on a device"). AdamW leaves the status word to its
+    kernels, which read it themselves. Free when nothing is pending; else one small read,
+    which waits for the queue."""
+    flush(backend)
+    check = getattr(backend, "check_deferred", None) if device_status else None
+    if check is not None:
+        check()
 
 
 def pending() -> int:

@@ -13,6 +13,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from ..output_files import write_file
 from .opunit import OpUnit, units
 
 BEGIN, END = "<!-- op-table:begin -->", "<!-- op-table:end -->"
@@ -74,7 +75,7 @@ def embed(doc: str) -> str:
 def main(argv: list[str]) -> int:
     if len(argv) == 2 and argv[0] == "--write":
         path = Path(argv[1])
-        path.write_text(embed(path.read_text(encoding="utf-8")), encoding="utf-8")
+        write_file(path, embed(path.read_text(encoding="utf-8")), "ops table")
         return 0
     print(markdown())
     return 0

@@ -23,6 +23,13 @@ The contract (JAX's ``jit`` and TinyJit have the same one):
   recording; one written in place between calls makes the next call record again.
 * A step that downloads device values (``.item()``, ``.numpy()``) may act on them: it
   runs as written (``CaptureWarning``); return such tensors instead.
+* A parameter moved to another device (``Variable.to``, ``Module.to``), or a module's
+  parameter or child replaced by a new object, records again (``CaptureWarning``): the
+  replay would read the old one, and the recording ends as the eager step ends (its
+  ``DeviceMismatchError``, or the new parameter trained).
+* Each thread records and replays its own steps (the recorder is per thread). The count
+  of moves and replacements is process-wide: a model changed in one thread makes the
+  other threads' steps record once more.
 * Arguments with other shapes record again, with a ``CaptureWarning``; a number
   argument whose sign, finiteness or type changed runs that call as written (so a NaN
   learning rate reaches the op's own check).
@@ -84,9 +91,7 @@ def _signature(args: tuple[Any, ...]) -> tuple[tuple[Any, ...], tuple[Any, ...]]
         if kind is Variable or kind is Tensor:
             t = a._value if kind is Variable else a
             extra = (a.requires_grad,) if kind is Variable else ()
-            key.append(
-                (kind.__name__, t.shape, t.strides, t.offset, t.dtype, id(t.backend), *extra)
-            )
+            key.append((kind.__name__, t.shape, t.strides, t.offset, t.dtype, t.backend, *extra))
         elif kind is float or kind is int:
             key.append(kind.__name__)
             signs.append((kind, math.isfinite(a), (a > 0) - (a < 0)))
@@ -229,7 +234,7 @@ def _diff(old: tuple[Any, ...], new: tuple[Any, ...]) -> str:
 
 def _short(k: Any) -> str:
     if type(k) is tuple and k and k[0] in ("Tensor", "Variable"):
-        return f"{k[0]} {k[1]} {k[4]}"
+        return f"{k[0]} {k[1]} {k[4]} on {k[5].name}:{k[5].device_index}"
     return str(k)[:60]
 
 

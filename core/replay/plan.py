@@ -22,6 +22,7 @@ import numpy as np
 
 from ..autograd import Variable
 from ..errors import CaptureError
+from ..ops.capture_hooks import generation
 from ..tensor import Tensor
 
 # Template kinds: a slot (optionally viewed), a constant, a refilled number, a sequence.
@@ -101,6 +102,10 @@ def bind_host(spec: Any, out: Any, slots: list[Any], dyn: list[Any], what: str) 
         raise CaptureError(f"[capture] {what} returned {out!r} on replay, {spec[1]!r} recorded")
 
 
+def _where(backend: Any) -> str:
+    return f"{backend.name}:{backend.device_index}"
+
+
 def _show(x: Any) -> str:
     if type(x) is Tensor:
         return f"a tensor {x.shape} {x.dtype} on {x.backend.name}"
@@ -122,6 +127,10 @@ class Plan:
     result: Any
     names: list[str] = field(default_factory=list)  # per entry, for messages
     drops: list[tuple[int, ...]] = field(default_factory=list)  # per entry: slots let go
+    #: ``capture_hooks.generation()`` when recorded: a Variable moved or a module's parameter
+    #: replaced since then makes the plan stale (the step's Python would read others).
+    generation: int = -1
+    backends: dict[int, Any] = field(default_factory=dict)  # var slot -> recorded backend
 
     @property
     def calls(self) -> int:
@@ -146,7 +155,17 @@ class Plan:
             t = var._value
             if layout(t) != lay:
                 raise Stale(f"parameter {var.name or ''} {lay[0]} is now {t.shape} {t.dtype}")
+            if t.backend is not self.backends[slot]:
+                raise Stale(
+                    f"parameter {var.name or ''} {lay[0]} moved from "
+                    f"{_where(self.backends[slot])} to {_where(t.backend)}"
+                )
             slots[slot] = t if lay == base else Tensor(t.backend, t.storage, *base)
+        if self.generation != generation():
+            raise Stale(
+                "a Variable was moved to another device, or a module's parameter or child "
+                "replaced, since the step was recorded"
+            )
         for slot, t, version in self.pinned:
             if t.storage.version != version:
                 raise Stale(f"a tensor {t.shape} the step reads was written since recording")

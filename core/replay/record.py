@@ -6,7 +6,8 @@ slots) and then run it. Only the outermost call is logged: a method that calls a
 method of its backend, or a composite's primitives inside a host function, run as they
 are. So direct calls the op layer makes (``allocate`` and ``fill`` for a gradient seed)
 are seen exactly like dispatched ones. The shadows are removed when the run ends, even
-when it raises.
+when it raises (when the last one ends, if other threads record through the same backend:
+a shadow logs only the calls of a thread whose recording reached that backend).
 
 A download (``to_numpy``) inside the step is refused: a replay cannot branch on device
 values. Value checks that must read device data do it through ``capture_hooks.host``,
@@ -15,6 +16,7 @@ which keeps them for the replay.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -23,7 +25,7 @@ import numpy as np
 from ..autograd import Variable
 from ..errors import CaptureError
 from ..ops import units
-from ..ops.capture_hooks import ACTIVE, DYNAMIC, DynamicFloat, DynamicInt
+from ..ops.capture_hooks import ACTIVE, DYNAMIC, DynamicFloat, DynamicInt, generation
 from ..tensor import Tensor
 from .plan import CALL, GRAD, HOST, C, D, Layout, Plan, S, T, layout
 
@@ -45,7 +47,7 @@ class Recorder:
         self.first_version: list[int] = []
         self.dyn: list[Any] = []
         self.depth = 0
-        self.shadowed: dict[int, tuple[Any, dict[str, Any]]] = {}
+        self.shadowed: dict[int, Any] = {}  # id(backend) -> backend, shadows installed
         self.published_vars: list[Variable] = []
         self.refusal = ""  # why this run cannot be replayed (it still runs to the end)
 
@@ -57,22 +59,8 @@ class Recorder:
     def see(self, backend: Any) -> None:
         if id(backend) in self.shadowed:
             return
-        try:
-            own = vars(backend)
-        except TypeError:
-            raise CaptureError(
-                f"[capture] backend {backend.name} cannot be recorded: its instance takes no "
-                "attributes (__slots__ without __dict__)"
-            ) from None
-        names = [u.name for u in units()] + list(MEMORY_METHODS)
-        saved: dict[str, Any] = {}
-        for name in dict.fromkeys(names):
-            method = getattr(backend, name, None)
-            if method is None or not callable(method):
-                continue
-            saved[name] = own.get(name, _MISSING)
-            own[name] = self._shadow(name, method, backend)
-        self.shadowed[id(backend)] = (backend, saved)
+        _install(backend)
+        self.shadowed[id(backend)] = backend
 
     def host(self, fn: Callable[..., Any], tensors: tuple[Any, ...]) -> Any:
         if self.depth:
@@ -103,39 +91,31 @@ class Recorder:
         self.published_vars.append(var)
 
     # -- shadows ---------------------------------------------------------------------------
-    def _shadow(self, name: str, method: Callable[..., Any], backend: Any) -> Callable[..., Any]:
-        rec = self
-
-        def recorded(*args: Any) -> Any:
-            if rec.depth:
-                return method(*args)
-            if name == "to_numpy":  # the step may branch on what it reads: not replayable
-                x = args[0]
-                rec.refuse(
-                    f"the step downloads a tensor {x.shape} {x.dtype.name} from "
-                    f"{backend.name} (.numpy(), .item()) and may act on its values; return "
-                    "the tensor from the step and read it after the call"
-                )
-                return method(*args)
-            tpl = tuple(rec.arg(a) for a in args)
-            rec.depth += 1
-            try:  # the backend gets plain numbers: numpy treats a float subclass as float64
-                out = method(*[_plain(a) for a in args])
-            finally:
-                rec.depth -= 1
-            rec.entries.append((CALL, method, tpl, rec.out_spec(out)))
-            rec.names.append(name)
-            return out
-
-        return recorded
+    def call(self, name: str, method: Callable[..., Any], backend: Any, args: Any) -> Any:
+        """A backend call made by this recorder's thread: logged, then run."""
+        if self.depth:
+            return method(*args)
+        if name == "to_numpy":  # the step may branch on what it reads: not replayable
+            x = args[0]
+            self.refuse(
+                f"the step downloads a tensor {x.shape} {x.dtype.name} from "
+                f"{backend.name} (.numpy(), .item()) and may act on its values; return "
+                "the tensor from the step and read it after the call"
+            )
+            return method(*args)
+        tpl = tuple(self.arg(a) for a in args)
+        self.depth += 1
+        try:  # the backend gets plain numbers: numpy treats a float subclass as float64
+            out = method(*[_plain(a) for a in args])
+        finally:
+            self.depth -= 1
+        self.entries.append((CALL, method, tpl, self.out_spec(out)))
+        self.names.append(name)
+        return out
 
     def restore(self) -> None:
-        for backend, saved in self.shadowed.values():
-            for name, prev in saved.items():
-                if prev is _MISSING:
-                    vars(backend).pop(name, None)
-                else:
-                    vars(backend)[name] = prev
+        for backend in self.shadowed.values():
+            _uninstall(backend)
         self.shadowed.clear()
 
     # -- templates -------------------------------------------------------------------------
@@ -251,6 +231,8 @@ class Recorder:
             result=spec,
             names=self.names,
             drops=drops,
+            generation=generation(),
+            backends={j: self.bases[j].backend for j, _, _, _ in var_slots},
         )
         self.bases = []  # the recording's intermediates die with it
         return plan
@@ -314,6 +296,64 @@ def _plain(a: Any) -> Any:
     if kind is DynamicInt:
         return int(a)
     return a
+
+
+# Shadows are installed once per backend however many threads record through it, and
+# removed when the last of those recordings ends: each shadow logs only calls made by a
+# thread whose recorder has seen that backend, and runs every other call as it is.
+_lock = threading.Lock()
+_installed: dict[int, tuple[Any, dict[str, Any], list[int]]] = {}  # id -> (backend, saved, count)
+
+
+def _install(backend: Any) -> None:
+    with _lock:
+        held = _installed.get(id(backend))
+        if held is not None:
+            held[2][0] += 1
+            return
+        try:
+            own = vars(backend)
+        except TypeError:
+            raise CaptureError(
+                f"[capture] backend {backend.name} cannot be recorded: its instance takes no "
+                "attributes (__slots__ without __dict__)"
+            ) from None
+        names = [u.name for u in units()] + list(MEMORY_METHODS)
+        saved: dict[str, Any] = {}
+        for name in dict.fromkeys(names):
+            method = getattr(backend, name, None)
+            if method is None or not callable(method):
+                continue
+            saved[name] = own.get(name, _MISSING)
+            own[name] = _shadow(name, method, backend)
+        _installed[id(backend)] = (backend, saved, [1])
+
+
+def _uninstall(backend: Any) -> None:
+    with _lock:
+        _, saved, count = _installed[id(backend)]
+        count[0] -= 1
+        if count[0]:
+            return
+        del _installed[id(backend)]
+        own = vars(backend)
+        for name, prev in saved.items():
+            if prev is _MISSING:
+                own.pop(name, None)
+            else:
+                own[name] = prev
+
+
+def _shadow(name: str, method: Callable[..., Any], backend: Any) -> Callable[..., Any]:
+    key = id(backend)
+
+    def recorded(*args: Any) -> Any:
+        rec = ACTIVE.recorder
+        if type(rec) is not Recorder or key not in rec.shadowed:  # not ours: run it as is
+            return method(*args)
+        return rec.call(name, method, backend, args)
+
+    return recorded
 
 
 def start(recorder: Recorder) -> None:

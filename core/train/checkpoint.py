@@ -34,6 +34,7 @@ from safetensors.numpy import load as load_tensors
 from safetensors.numpy import save_file
 
 from ..errors import RiftcoError
+from ..output_files import sync_folder, write_file
 
 FORMAT = 2
 READABLE_FORMATS = (1, 2)  # 1: no content hashes (read unverified)
@@ -102,35 +103,9 @@ def _unflatten(obj: Any, arrays: dict[str, np.ndarray]) -> Any:
 
 
 # -- writing ---------------------------------------------------------------------------------------
-def _fsync_dir(path: Path) -> None:
-    if os.name != "posix":  # NOTE: directories cannot be opened for fsync on Windows
-        return
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _fsync_file(path: Path) -> None:
     with open(path, "rb+") as f:
         os.fsync(f.fileno())
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Replace ``path`` with ``text`` so readers see the old or the new file, never a mix."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.chmod(tmp, 0o644)  # mkstemp makes it private
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
 
 
 def _digest(data: bytes) -> dict[str, Any]:
@@ -172,8 +147,8 @@ def save_checkpoint(
             _fsync_file(tmp / f)
         final = run / name
         os.rename(tmp, final)
-        _fsync_dir(run)
-        write_text_atomic(run / LATEST, name + "\n")
+        sync_folder(run)
+        write_file(run / LATEST, name + "\n", "checkpoint")
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -216,10 +216,20 @@ def train_main(argv: Sequence[str]) -> int:
     except RiftcoError as exc:
         print(f"riftco train: error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:  # a second Ctrl-C or SIGTERM: no checkpoint for this step
+    except MemoryError as exc:  # the host's (a batch's indices, say); a device's is a RiftcoError
         print(
-            "riftco train: stopped at once (second interrupt); no new checkpoint", file=sys.stderr
+            f"riftco train: error: out of host memory ({exc}); lower --batch-size (now "
+            f"{args.batch_size}) or --context (now {args.context})",
+            file=sys.stderr,
         )
+        return 2
+    except KeyboardInterrupt:
+        if not getattr(args, "training", False):  # before the run's own handler was set
+            print("riftco train: interrupted before the first step; nothing was written",
+                  file=sys.stderr)  # fmt: skip
+        else:  # a second Ctrl-C or SIGTERM: no checkpoint for this step
+            print("riftco train: stopped at once (second interrupt); no new checkpoint",
+                  file=sys.stderr)  # fmt: skip
         return 130
 
 
@@ -245,6 +255,19 @@ def check_resume_flags(resume: str, args: argparse.Namespace, given: set[str]) -
     return state
 
 
+def check_outputs(out: str) -> None:
+    """Every path a run writes, checked before the first step (a run must not train for
+    an hour and then fail at its first checkpoint): the run folder, and inside an existing
+    one ``LATEST`` and ``loss.png`` (files, through links, never special files)."""
+    from ..output_files import check_file, check_folder
+    from .checkpoint import LATEST
+
+    folder = check_folder(out, "train --out")
+    if folder.is_dir():
+        for name in (LATEST, "loss.png"):
+            check_file(folder / name, "train --out")
+
+
 def _train(args: argparse.Namespace, given: set[str]) -> int:
     from ..nn import GPT, GPTConfig
     from .data import CharDataset, load_text
@@ -255,6 +278,7 @@ def _train(args: argparse.Namespace, given: set[str]) -> int:
 
     progress = "none" if args.no_progress else args.progress
     saved = check_resume_flags(args.resume, args, given) if args.resume else {}
+    check_outputs(args.out if "out" in given or not args.resume else args.resume)
     dev = resolve_backend(args.backend)
     if args.resume:
         trainer = Trainer.resume(
@@ -328,6 +352,7 @@ def _train(args: argparse.Namespace, given: set[str]) -> int:
         tqdm.write(line)
         sys.stdout.flush()
 
+    args.training = True  # from here an interrupt is the run's (a checkpoint is saved)
     result = trainer.run(progress=progress, log=log)
     out = trainer.out
     if result.interrupted:

@@ -331,6 +331,12 @@ class Trainer:
         ckpt = load_checkpoint(path)
         meta = ckpt.meta
         cfg = restore.build(ckpt, "train", TrainConfig, "training config")
+        if steps is not None and steps < ckpt.step:  # it would print "step 60 of 10"
+            raise DomainError(
+                f"[train] --steps {steps} is below the step the run in {path} has reached "
+                f"({ckpt.step}): --steps is the run's total, so give more than {ckpt.step} "
+                "to extend it"
+            )
         if steps is not None:
             cfg.steps = steps
         try:

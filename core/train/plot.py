@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import io
 import os
 from collections.abc import Sequence
-from pathlib import Path
+
+from ..output_files import OutputPathError, write_file
 
 PLOT_HINT = "loss curve not drawn: matplotlib is not installed (pip install 'riftco[plot]')"
 
@@ -34,8 +36,11 @@ def plot_losses(
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    tmp = Path(path).with_suffix(".tmp.png")
-    fig.savefig(tmp, dpi=110)
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=110)
     plt.close(fig)
-    os.replace(tmp, path)
+    try:  # atomic, through links, no temporary left; a plot that cannot be written is news
+        write_file(path, png.getvalue(), "train loss plot")
+    except OutputPathError as exc:
+        return f"loss curve not written: {exc}"
     return None

@@ -145,18 +145,22 @@ def attention_backward(
 def scores(q: Tensor, k: Tensor, scale: float, causal: bool) -> Tensor:
     """``scale * q kᵀ`` with masked entries ``-inf`` (composites only: primitives are IEEE)."""
     s = mul_scalar(matmul(q, k, transpose_b=True), scale)
-    if causal and s.size:
-        t = q.shape[-2]
-        masked = np.triu(np.ones((t, t), dtype=s.dtype), 1)
-        mask = upload(s.backend, masked).broadcast_to(s.shape)
-        s = where(mask, full_like(s, -math.inf, (1,) * s.ndim).broadcast_to(s.shape), s)
-    return s
+    return _masked(s, -math.inf) if causal and s.size else s
+
+
+def _masked(s: Tensor, value: float) -> Tensor:
+    """``s`` with the causally masked entries (key ``j > i``) set to ``value``."""
+    t = s.shape[-2]
+    mask = upload(s.backend, np.triu(np.ones((t, t), dtype=s.dtype), 1)).broadcast_to(s.shape)
+    return where(mask, full_like(s, value, (1,) * s.ndim).broadcast_to(s.shape), s)
 
 
 def attention_composite(
     q: Tensor, k: Tensor, v: Tensor, scale: float, causal: bool
 ) -> tuple[Tensor, Tensor]:
     probs = softmax(scores(q, k, scale, causal))
+    if causal and probs.size:  # exactly 0, in a NaN row too (softmax makes the row NaN)
+        probs = _masked(probs, 0.0)
     return matmul(probs, v), probs
 
 

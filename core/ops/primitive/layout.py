@@ -17,6 +17,7 @@ from ...tensor import Tensor
 from .. import checks
 from ..dispatch import Out, dispatch
 from ..opunit import EXACT_TOLERANCES, OpUnit, register, samples_module
+from .memory import full_like
 
 _SAMPLES = samples_module(__name__)
 
@@ -67,7 +68,13 @@ def split_last_axis(x: Tensor, sizes: Sequence[int]) -> list[Tensor]:
 
 
 def _concat_vjp(g: Tensor, args: Any, y: Tensor, needs: Any) -> tuple[Tensor, ...]:
-    return tuple(split_last_axis(g, [x.shape[-1] for x in args[0]]))
+    """The gradient split back into the pieces' widths; a zero-width piece (which a split
+    never makes) gets an empty gradient of its own shape."""
+    widths = [x.shape[-1] for x in args[0]]
+    nonzero = [w for w in widths if w]
+    pieces = iter(split_last_axis(g, nonzero) if nonzero else ())
+    empty = g.shape[:-1] + (0,)
+    return tuple(next(pieces) if w else full_like(g, 0.0, empty) for w in widths)
 
 
 def _cost(args: list[Any]) -> tuple[int, int]:
