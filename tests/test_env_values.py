@@ -6,8 +6,10 @@ or the documented default, never a raw traceback and never a junk value read as 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import riftco
@@ -22,7 +24,42 @@ VARIABLES = [
     "RIFTCO_STANDIN_GROUP_SIZE", "RIFTCO_FAST_MATH", "RIFTCO_OPENCL_GROUP_SIZE",
     "RIFTCO_CUDA_GROUP_SIZE", "RIFTCO_CUDA_WIDE_MIN_TILES", "RIFTCO_CUDA_PROBE_TIMEOUT",
     "RIFTCO_NATIVE_MATMUL", "RIFTCO_NATIVE_POOL_MB", "RIFTCO_CACHE_DIR", "RIFTCO_KERNEL_CACHE",
+    "RIFTCO_CUDA_SYNC", "RIFTCO_CUDA_POOLS", "RIFTCO_METAL_RUNTIME", "RIFTCO_STANDIN_MODEL_RUNS",
 ]  # fmt: skip
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_the_sweep_names_every_variable_riftco_reads():
+    """A variable added to the code joins the junk sweep below (or this test names it)."""
+    found = set()
+    for folder in ("core", "backends", "conformance"):
+        for path in (ROOT / folder).rglob("*.py"):
+            found |= set(re.findall(r"[\"'](RIFTCO_[A-Z0-9_]+)[\"']", path.read_text()))
+    assert sorted(found - set(VARIABLES)) == []
+
+
+@pytest.mark.parametrize(
+    ("var", "takes"),
+    [("RIFTCO_METAL_STANDIN", "must be one of"), ("RIFTCO_CUDA_SYNC", "must be one of"),
+     ("RIFTCO_STANDIN_GROUP_SIZE", "must be a whole number"),
+     ("RIFTCO_CUDA_POOLS", "must be one of")],
+)  # fmt: skip
+def test_metal_and_cuda_switches_refuse_junk(monkeypatch, var, takes):
+    from riftco.backends.cuda import runtime as cuda_runtime
+    from riftco.backends.metal import backend as metal_backend
+    from riftco.backends.metal import standin
+
+    if var == "RIFTCO_STANDIN_GROUP_SIZE":
+        pytest.importorskip("pyopencl", reason="the stand-in device needs OpenCL")
+    monkeypatch.setenv(var, "junk")
+    readers = {
+        "RIFTCO_METAL_STANDIN": metal_backend._use_standin,
+        "RIFTCO_STANDIN_GROUP_SIZE": lambda: standin.Device(0),
+        "RIFTCO_CUDA_SYNC": cuda_runtime.sync_each_launch,
+        "RIFTCO_CUDA_POOLS": cuda_runtime.pools_wanted,
+    }
+    with pytest.raises(EnvironmentValueError, match=f"{var}='junk' {takes}"):
+        readers[var]()
 
 
 def test_flag(monkeypatch):

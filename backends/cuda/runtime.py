@@ -39,6 +39,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+from riftco.env_values import flag
 from riftco.errors import BackendUnavailableError, KernelCompileError
 from riftco.kernel_host.build_log import BuildLog
 from riftco.kernel_host.runtime import KernelsByName, RuntimeCapabilities, checked_group_size
@@ -72,12 +73,12 @@ _STAGE_ALIGN = 256
 
 def sync_each_launch() -> bool:
     """``RIFTCO_CUDA_SYNC=1``: wait for every launch, so a fault names its own kernel."""
-    return os.environ.get(SYNC_ENV, "").strip() not in ("", "0")
+    return flag(SYNC_ENV, default=False)
 
 
 def pools_wanted() -> bool:
     """``RIFTCO_CUDA_POOLS=0`` forces plain ``cuMemAlloc`` and pageable uploads."""
-    return os.environ.get(POOLS_ENV, "").strip() != "0"
+    return flag(POOLS_ENV, default=True)
 
 
 def group_size_for(props: DeviceProps, requested: int | None = None) -> int:

@@ -27,6 +27,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 from riftco.backend import DeviceInfo
+from riftco.env_values import flag
 from riftco.errors import BackendUnavailableError
 from riftco.kernel_host.backend import KernelBackend
 from riftco.kernel_host.runtime import Runtime
@@ -44,7 +45,7 @@ INSTALL_HINT = (
 
 
 def _use_standin() -> bool:
-    return os.environ.get(STANDIN_ENV, "") not in ("", "0", "false", "no")
+    return flag(STANDIN_ENV, default=False)
 
 
 def load_metalcompute() -> tuple[Any, str]:

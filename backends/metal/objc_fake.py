@@ -36,7 +36,6 @@ exactly when the runtime's ``MTLCompileOptions`` ask for it.
 from __future__ import annotations
 
 import json
-import os
 import zlib
 from collections import Counter
 from collections.abc import Callable
@@ -45,6 +44,7 @@ from typing import Any
 
 import numpy as np
 from riftco.backends.opencl import runtime as clrt
+from riftco.env_values import whole_number
 from riftco.errors import KernelCompileError
 
 from .objc import C_TYPES, ffi
@@ -433,8 +433,8 @@ class FakeObjC:
     def __init__(self, group_size: int | None = None) -> None:
         if cl is None:
             raise ObjCFault(clrt.IMPORT_ERROR)
-        env = os.environ.get(GROUP_ENV)
-        self.group_size = group_size or (int(env) if env else None)
+        env = whole_number(GROUP_ENV, 0, "threads")
+        self.group_size = group_size or env or None
         if self.group_size is not None and self.group_size % 32:
             raise ObjCFault(f"group size {self.group_size} is not a multiple of 32")
         self.table = load_table()

@@ -33,13 +33,13 @@ This is for verification, not speed.
 
 from __future__ import annotations
 
-import os
 import zlib
 from collections import namedtuple
 from typing import Any
 
 import numpy as np
 from riftco.backends.opencl import runtime as clrt
+from riftco.env_values import flag, whole_number
 from riftco.errors import KernelCompileError
 
 cl = clrt.cl
@@ -69,7 +69,7 @@ class RunDictionary:
     """The never-pruned ``mc_cbs`` of metalcompute 0.2.9, as counts (off by default)."""
 
     def __init__(self) -> None:
-        self.enabled = os.environ.get("RIFTCO_STANDIN_MODEL_RUNS", "") not in ("", "0")
+        self.enabled = flag("RIFTCO_STANDIN_MODEL_RUNS", default=False)
         self.entries = 0  # runs recorded: each keeps its MTLCommandBuffer alive
         self.scanned = 0  # dictionary entries visited by completion handlers so far
 
@@ -151,8 +151,8 @@ class Device:
             raise error(clrt.IMPORT_ERROR)
         fast = clrt.fast_math_from_env(default=True) if fast_math is None else fast_math
         self.runtime = clrt.OpenCLRuntime(max(index, 0), fast_math=fast)
-        env = os.environ.get(GROUP_ENV)
-        self.group_size = group_size or (int(env) if env else None)
+        env = whole_number(GROUP_ENV, 0, "threads")
+        self.group_size = group_size or env or None
         if self.group_size is not None and self.group_size % 32:
             raise error(f"group size {self.group_size} is not a multiple of 32")
 
