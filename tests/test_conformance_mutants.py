@@ -242,3 +242,5 @@ def test_trace_picks_the_cases_a_mutant_reaches_and_otherwise_everything() -> No
         assert cases_reaching(trace, unaccountable) is None, unaccountable.__name__
     arg = ops_argument(["softmax[float32,composite]"]).split(",")
     assert arg == ["softmax[float32?composite]", "softmax[float32]"]  # the capture plan's id too
+    capture = ops_argument(["capture/gelu[float32,composite]"])  # planned under its plain id
+    assert capture == "capture/gelu[float32]"

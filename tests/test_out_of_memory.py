@@ -378,3 +378,16 @@ def test_conformance_out_of_memory_case_runs_in_the_suite(tmp_path: Any) -> None
     rc = cli.main(["cpu", "--ops", "exp", "--max-examples", "0", "--json", str(out), "--quiet"])
     cases = {c["id"]: c for d in json.loads(out.read_text())["devices"] for c in d["cases"]}
     assert rc == 0 and cases["errors/out_of_memory_exp"]["status"] == "pass"
+
+
+def test_embedding_backward_of_an_unaddressable_table_names_the_op() -> None:
+    """num_embeddings is the one output size a caller gives as a number: a table larger
+    than any address space is refused before the backend (numpy said ValueError)."""
+    import riftco
+    import riftco.ops as ops
+
+    b = riftco.device("cpu").backend
+    dy = b.from_numpy(np.ones((1, 1), np.float32))
+    ids = b.from_numpy(np.zeros(1, np.int32))
+    with pytest.raises(riftco.OutOfMemoryError, match=r"\[embedding_backward\] num_embeddings"):
+        ops.embedding_backward(dy, ids, 2**63)

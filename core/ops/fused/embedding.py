@@ -10,11 +10,12 @@ never touching memory out of bounds). C = 0 and zero ids give empty results.
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from ...errors import DomainError, ShapeError
+from ...errors import DomainError, OutOfMemoryError, ShapeError
 from ...tensor import Tensor
 from .. import checks, deferred
 from ..capture_hooks import host
@@ -115,8 +116,15 @@ def embedding_backward(dy: Tensor, ids: Tensor, num_embeddings: int) -> Tensor:
     if not isinstance(num_embeddings, (int, np.integer)) or num_embeddings <= 0:
         raise ShapeError(f"[{op}] num_embeddings must be a positive int; got {num_embeddings!r}")
     v = int(num_embeddings)
+    out = Out((v, dy.shape[-1]), dy.dtype)
+    nbytes = v * dy.shape[-1] * dy.dtype.itemsize
+    if nbytes > sys.maxsize:  # numpy says ValueError, a device something else: say it here
+        raise OutOfMemoryError(
+            f"[{op}] num_embeddings {v:,} x {dy.shape[-1]} {dy.dtype.name} needs {nbytes:,} "
+            "bytes, more than any address space holds"
+        )
     check_ids(op, backend, ids, "ids", 0, v)
-    return dispatch(EMBEDDING_BACKWARD, backend, (dy, ids, v), Out((v, dy.shape[-1]), dy.dtype))
+    return dispatch(EMBEDDING_BACKWARD, backend, (dy, ids, v), out)
 
 
 # -- composites ------------------------------------------------------------------------------------
