@@ -1,6 +1,6 @@
 """The conformance suite's own test: every deliberately broken backend fails, at its op.
 
-For each mutant (``conformance_mutants.py``: 61 plausible bugs over every op family) the
+For each mutant (``conformance_mutants.py``: 61 plausible bugs over every op module) the
 suite runs on that op's cases and must report a failure or error there, with the op in the
 case id or the message. Whole-suite runs then check that no *other* op is blamed
 (composites built on a broken primitive may fail too: they really are wrong there), and
@@ -50,13 +50,13 @@ def _bad(report: dict[str, Any]) -> list[dict[str, Any]]:
     return [c for d in report["devices"] for c in d["cases"] if c["status"] in ("fail", "error")]
 
 
-def test_at_least_thirty_distinct_bugs_over_every_family() -> None:
+def test_at_least_thirty_distinct_bugs_over_every_op_module() -> None:
     assert len(MUTANTS) >= 30 and len({cls for cls, _ in MUTANTS}) == len(MUTANTS)
     from riftco.ops import units
 
-    families = {u.family for u in units() if u.samples is not None}
-    blamed = {next(u.family for u in units() if u.name == op) for _, op in MUTANTS}
-    assert families <= blamed, families - blamed
+    modules = {u.module for u in units() if u.samples is not None}
+    blamed = {next(u.module for u in units() if u.name == op) for _, op in MUTANTS}
+    assert modules <= blamed, modules - blamed
 
 
 @pytest.mark.parametrize(("cls", "op"), MUTANTS, ids=[c.__name__ for c, _ in MUTANTS])

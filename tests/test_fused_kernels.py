@@ -1,6 +1,6 @@
 """Fused kernels (shaders/*.cl + core/kernel_host/fused_*.py) on PoCL, against float64 numpy.
 
-The kernels are driven through the real host mixin ``FusedKernels`` on top of a tiny
+The kernels are driven through the real host mixin ``FusedPlans`` on top of a tiny
 pyopencl stand-in for the kernel host layer (``_ClHost``: ``empty``/``fill``/``launch`` and
 a runtime that declares its capabilities), with an explicit work-group size so every
 kernel runs at the irregular sizes Metal may pick (32, 96, 256, 352). References are
@@ -19,7 +19,7 @@ import pytest
 from fused_reference import attention_ref, gelu_ref, softmax_ref
 from helpers import assert_close
 from riftco.errors import ShapeError
-from riftco.kernel_host.fused import FusedKernels
+from riftco.kernel_host.fused import FusedPlans
 from riftco.kernel_host.runtime import RuntimeCapabilities
 from riftco.kernel_host.sources import program_source
 
@@ -60,7 +60,7 @@ def _program(family: str, dtype: str, index: str) -> Any:
 
 
 class _Buf:
-    """The few Tensor attributes ``FusedKernels`` reads, around a cl.Buffer."""
+    """The few Tensor attributes ``FusedPlans`` reads, around a cl.Buffer."""
 
     def __init__(self, shape: Sequence[int], dtype: Any) -> None:
         ctx, _ = _context()
@@ -83,7 +83,7 @@ class _Runtime:
         )
 
 
-class _ClHost(FusedKernels):
+class _ClHost(FusedPlans):
     """Stand-in for the kernel host layer with a fixed work-group size."""
 
     def __init__(self, group: int) -> None:

@@ -106,7 +106,7 @@ def test_every_built_program_passes_the_strict_check(registry, monkeypatch, stri
     kinds = {(k[0], k[1], dict(k[3]).get("SRC")) for k in programs}
     # T=int with SRC=float (float to int) and T=float with SRC=int: the backend's expansions
     assert ("cast", "int32", "float") in kinds and ("cast", "float32", "int") in kinds
-    assert {"attention", "layernorm", "matmul"} <= {k[0] for k in programs}
+    assert {"attention", "layer_norm", "matmul"} <= {k[0] for k in programs}
     problems = []
     for key in programs:
         path = tmp_path / f"{key[0]}.clcpp"

@@ -4,7 +4,7 @@ One test reads every registered op unit and names *every* missing piece in one f
 op by op, with the file to edit: a newcomer adding an op runs this file and gets the whole
 list, not one assertion per run. The pieces are what the rest of the suite and the tools
 rely on: samples (with edges, a draw, a bench example and error samples), a composite and
-a cost model, the cpu reference, a row in the docs table, a mutant of its family, its place
+a cost model, the cpu reference, a row in the docs table, a mutant of its op module, its place
 in autograd, the protocol version that added it, and the few lists kept by hand because
 type checkers and readers must see them statically (``riftco.ops``' imports, the
 packages' ``MODULES``, the bases of ``Backend`` / ``FusedBackend``, the
@@ -49,7 +49,7 @@ def _short_module(u: OpUnit) -> str:
 
 
 def _mutant_families() -> set[str]:
-    return {u.family for u in units() if op_locations.mutants(u.name)}
+    return {u.module for u in units() if op_locations.mutants(u.name)}
 
 
 def missing_pieces(u: OpUnit, context: dict[str, Any]) -> list[str]:
@@ -85,8 +85,8 @@ def missing_pieces(u: OpUnit, context: dict[str, Any]) -> list[str]:
             out.append(f"a cost model for the throughput row (OpUnit(cost=...) in {module})")
         if u.since == (1, 0) and u.name not in PROTOCOL_1_0_FUSED:
             out.append(f"since=(1, minor) in {module}: the protocol version that adds it")
-        if u.family not in context["mutant_families"]:
-            out.append(f"a mutant of family {u.family!r} (tests/conformance_mutants.py MUTANTS)")
+        if u.module not in context["mutant_families"]:
+            out.append(f"a mutant of op module {u.module!r} (tests/conformance_mutants.py MUTANTS)")
         recorded, vjp = op_locations.autograd_of(u)
         if u.vjp is not None and not recorded:
             out.append(f"autograd: a function in core/autograd/fused.py that applies {u.name}")
@@ -218,9 +218,9 @@ def test_the_checklist_names_every_missing_piece_of_a_bare_unit() -> None:
     """A fused unit with nothing but its method: every piece is reported, in one list."""
     from riftco.ops.fused.softmax import SoftmaxMethods
 
-    bare = OpUnit("bare_norm", "fused", "bare_norm", SoftmaxMethods.softmax)
+    bare = OpUnit("bare_norm", "fused", SoftmaxMethods.softmax, module="bare_norm")
     got = "\n".join(missing_pieces(bare, _context()))
     for piece in ("samples", "a composite", "a cost model", "since=(1, minor)",
-                  "a mutant of family 'bare_norm'", "autograd", "the cpu reference",
+                  "a mutant of op module 'bare_norm'", "autograd", "the cpu reference",
                   "docs/BACKENDS.md"):  # fmt: skip
         assert piece in got, (piece, got)

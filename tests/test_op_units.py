@@ -73,7 +73,7 @@ def test_a_new_unit_is_dispatched_tested_and_listed_without_other_edits(registry
         return dispatch(SQUARE, x.backend, (x,), Out(x.shape, x.dtype))
 
     SQUARE = OpUnit(  # noqa: N806
-        "square", "fused", "square", SquareMethods.square, function=square,
+        "square", "fused", SquareMethods.square, module="square", function=square,
         composite=lambda x: ops.mul(x, x),
         testing=SampleSet(Samples(lambda p, c: Example("x", [Arr(np.arange(5.0) - 2)]),
                                   edges({}))),

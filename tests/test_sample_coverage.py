@@ -204,7 +204,7 @@ ELEMENTWISE = {"memory", "select", "binary", "unary", "layout", "gelu", "adam", 
 
 
 def test_every_op_is_either_elementwise_or_has_its_extents_named() -> None:
-    unnamed = [u.name for u in _sampled() if u.family not in ELEMENTWISE and u.name not in EXTENTS]
+    unnamed = [u.name for u in _sampled() if u.module not in ELEMENTWISE and u.name not in EXTENTS]
     assert unnamed == [], "a new row/reduction op: name the extents its kernels split"
 
 

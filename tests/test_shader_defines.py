@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from riftco.kernel_host.fused_flash_attention import FlashAttentionKernels
+from riftco.kernel_host.fused_flash_attention import FlashAttentionPlan
 from riftco.kernel_host.runtime import RuntimeCapabilities
 from riftco.kernel_host.shader_defines import (
     FLASH_LAYOUT_AT,
@@ -113,7 +113,7 @@ class _Runtime:
     )
 
 
-class _Recorder(FlashAttentionKernels):
+class _Recorder(FlashAttentionPlan):
     """Records the flash launches' integer parameters; runs nothing."""
 
     def __init__(self) -> None:
