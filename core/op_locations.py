@@ -11,7 +11,7 @@ cannot drift from what runs.
 Paths are relative to one root, said in the output: the source tree for an editable
 install (``core/ops/...``, ``backends/...``), the installed ``riftco`` package otherwise
 (``ops/...``, ``backends/...``); every path printed exists under it
-(``tests/test_op_locations.py``). Tests and mutants are in the repository only: they are
+(``tests/ops/test_op_locations.py``). Tests and mutants are in the repository only: they are
 listed when the root is a source tree.
 """
 

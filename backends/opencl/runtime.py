@@ -42,7 +42,7 @@ FAST_MATH_ENV = "RIFTCO_FAST_MATH"
 #: Metal compiles with fast math unless told otherwise; these make an OpenCL compiler
 #: assume the same (no NaN or infinity, reassociation, relaxed builtins), so a kernel that
 #: only works with IEEE specials fails on Linux first. PoCL (clang) honours them: it folds
-#: ``x != x`` to false under either flag (checked in tests/test_kernel_specials.py).
+#: ``x != x`` to false under either flag (checked in tests/kernels/test_kernel_specials.py).
 FAST_MATH_OPTIONS = ("-cl-fast-relaxed-math", "-cl-finite-math-only")
 
 

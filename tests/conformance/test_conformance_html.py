@@ -73,7 +73,9 @@ def test_failing_run_shows_fail_and_the_failing_example(registry: Any, tmp_path:
 
 
 def test_render_escapes_what_a_backend_reports() -> None:
-    report = json.loads((Path(__file__).parent / "data" / "report_min.json").read_text())
+    report = json.loads(
+        (Path(__file__).resolve().parents[1] / "data" / "report_min.json").read_text()
+    )
     report["backend"] = "<script>alert(1)</script>"
     page = render(report)
     assert "<script>" not in page and "&lt;script&gt;" in page

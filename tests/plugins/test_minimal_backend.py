@@ -14,7 +14,7 @@ from typing import Any
 
 from riftco.conformance import cli
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "minimal_backend" / "minimal_backend.py"
 
 

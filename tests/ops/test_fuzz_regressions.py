@@ -1,4 +1,4 @@
-"""What tests/test_fuzz_ops.py found, one test each, so a regression fails by name.
+"""What tests/ops/test_fuzz_ops.py found, one test each, so a regression fails by name.
 
 Each used to escape as a raw Python or numpy exception (TypeError, ValueError,
 AttributeError, ZeroDivisionError, OverflowError, RuntimeWarning under ``-W error``), to

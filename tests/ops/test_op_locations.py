@@ -15,7 +15,7 @@ from riftco.backends.cpu.backend import CPUBackend
 from riftco.cli import main
 from riftco.ops.opunit import units
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -110,7 +110,7 @@ def test_a_backend_registered_at_run_time_is_read_from_its_code(registry: Any) -
     w = op_locations.where("gelu")
     mine = {b.backend: b for b in w.backends}["halfnative"]
     assert mine.mode == "native" and mine.method.name.endswith("HalfNative.gelu")
-    assert mine.method.path == "tests/test_op_locations.py"
+    assert mine.method.path == "tests/ops/test_op_locations.py"
     back = {b.backend: b for b in op_locations.where("gelu_backward").backends}["halfnative"]
     assert back.mode == "composite"
 

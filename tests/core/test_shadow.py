@@ -247,12 +247,12 @@ def test_a_training_step_passes_validation(backend: str, registry: Any, monkeypa
 def test_validate_env_runs_a_training_step() -> None:
     """The issue's reproduction, as a user runs it: RIFTCO_VALIDATE=cpu, a native step."""
     code = (
-        "import sys; sys.path.insert(0, 'tests'); import riftco; "
+        "import sys; sys.path[:0] = ['tests/core', 'tests']; import riftco; "
         "from test_shadow import _tiny_training_step; "
         "print(_tiny_training_step(riftco.device('native')))"
     )
     env = {**os.environ, "RIFTCO_VALIDATE": "cpu"}
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     out = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=root
     )

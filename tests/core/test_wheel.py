@@ -24,7 +24,7 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     tomllib = pytest.importorskip("tomli", reason="reading pyproject.toml needs tomli on 3.10")
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SKIP_PARTS = {"__pycache__", ".pytest_cache", ".ruff_cache"}
 SKIP_SUFFIXES = {".pyc", ".pyo", ".so", ".pyd", ".dylib"}  # build outputs, not sources
 

@@ -27,7 +27,7 @@ from riftco.ops import fused, primitive
 from riftco.ops.opunit import OpUnit, units
 from riftco.ops.table import markdown
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 #: The optional methods of protocol 1.0, which is released and never changes: a fused unit
 #: that claims ``since=(1, 0)`` without being one of them forgot its ``since``.

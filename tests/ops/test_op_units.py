@@ -18,7 +18,7 @@ from riftco.backend import FUSED_OPS, PRIMITIVE_OPS, Backend, FusedBackend
 from riftco.ops.opunit import OpUnit, units
 from riftco.ops.table import BEGIN, END, embed
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 NO_SAMPLES = {"allocate", "from_numpy", "synchronize", "memory_stats"}  # read by every case
 
 

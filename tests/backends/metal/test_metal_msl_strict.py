@@ -1,15 +1,15 @@
 """A stricter MSL check than g++: Metal's address spaces kept distinct, limits checked.
 
-The g++ syntax check (tests/test_metal_backend.py) erases ``device``, ``threadgroup`` and
-``constant`` (the stub defines them empty), so a kernel that hands a device pointer to a
-helper expecting threadgroup memory passes there and fails only in Apple's compiler. Here
-every program the Metal backend builds (recorded from a workload on the objc runtime's
-fake, so the ``T=int`` and ``SRC=float`` expansions are in) is compiled by clang as C++ for
-OpenCL with the stub's qualifiers mapped to OpenCL's distinct address spaces
-(``device`` -> ``__global``, ``threadgroup`` -> ``__local``, ``constant`` -> ``__constant``),
-which C++ for OpenCL refuses to mix. From the preprocessed programs it also checks Metal's
-limits: each kernel's threadgroup arrays fit in 32 KiB, and its ``[[buffer(n)]]`` indices
-are its parameter positions 0, 1, ... and at most 31 of them.
+The g++ syntax check (tests/backends/metal/test_metal_backend.py) erases ``device``,
+``threadgroup`` and ``constant`` (the stub defines them empty), so a kernel that hands a
+device pointer to a helper expecting threadgroup memory passes there and fails only in
+Apple's compiler. Here every program the Metal backend builds (recorded from a workload on
+the objc runtime's fake, so the ``T=int`` and ``SRC=float`` expansions are in) is compiled
+by clang as C++ for OpenCL with the stub's qualifiers mapped to OpenCL's distinct address
+spaces (``device`` -> ``__global``, ``threadgroup`` -> ``__local``, ``constant`` ->
+``__constant``), which C++ for OpenCL refuses to mix. From the preprocessed programs it
+also checks Metal's limits: each kernel's threadgroup arrays fit in 32 KiB, and its
+``[[buffer(n)]]`` indices are its parameter positions 0, 1, ... and at most 31 of them.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Each case of issue 31's "unclear errors": a clear one-line error, no raw traceback.
 
-(``--json`` into a missing directory: tests/test_output_files.py; two threads capturing:
-tests/test_capture_identity.py; a bad id on a device: tests/test_bad_ids_before_update.py.)
+(``--json`` into a missing directory: tests/core/test_output_files.py; two threads capturing:
+tests/capture/test_capture_identity.py; a bad id on a device:
+tests/ops/test_bad_ids_before_update.py.)
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ VARIABLES = [
     "RIFTCO_NATIVE_MATMUL", "RIFTCO_NATIVE_POOL_MB", "RIFTCO_CACHE_DIR", "RIFTCO_KERNEL_CACHE",
     "RIFTCO_CUDA_SYNC", "RIFTCO_CUDA_POOLS", "RIFTCO_METAL_RUNTIME", "RIFTCO_STANDIN_MODEL_RUNS",
 ]  # fmt: skip
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_sweep_names_every_variable_riftco_reads():

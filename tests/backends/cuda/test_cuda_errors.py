@@ -23,7 +23,7 @@ from cuda_fake_driver import install  # noqa: E402
 from riftco.backends.cuda import runtime  # noqa: E402
 from riftco.kernel_host.sources import program_source  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "bench" / "gpu_check.sh"
 STUB = """#!/bin/sh
 if [ "$1" = "-L" ]; then echo "GPU 0: NVIDIA H200 (UUID: GPU-00000000)"; exit 0; fi

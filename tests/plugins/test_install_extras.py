@@ -26,7 +26,7 @@ try:
 except ImportError:  # Python 3.10
     tomllib = pytest.importorskip("tomli", reason="Python 3.10 reads pyproject.toml with tomli")
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 #: Files of metalcompute 0.2.9 on PyPI (its JSON metadata, read 2026-11-30): an sdist and
 #: these wheels, all macOS 14 arm64. 0.2.5 (2023) was the last release with x86_64 wheels.

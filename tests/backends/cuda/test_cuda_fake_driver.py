@@ -121,7 +121,7 @@ def test_fake_entry_points_are_spelled_like_cuda_bindings():
 def test_training_step_calls(fake, attention, capture):
     """Three steps of the tiny GPT (clipping, AdamW; replayed by riftco.capture too): every
     call valid, the same kernels each step, one stream, and a step that waits on the host
-    only for the loss and the status word (as tests/test_gpu_training_step.py has it).
+    only for the loss and the status word (as tests/kernels/test_gpu_training_step.py has it).
     Not the label-smoothing head: its host check reads a flag that a kernel computes."""
     from train_helpers import tiny_device_trainer
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CORE = REPO / "core"
 #: The folders read, and the package each one is (pyproject.toml's package-dir).
 ROOTS = {CORE: ("riftco",), REPO / "backends": ("riftco", "backends")}

@@ -2,7 +2,7 @@
 
 Whether each list names every op (``riftco.ops``' re-exports and ``__all__``, the packages'
 ``MODULES``, the bases of ``Backend`` and ``FusedBackend``, the device status table) is one
-item of the new-op checklist, ``tests/test_new_op_checklist.py``, which reports every
+item of the new-op checklist, ``tests/ops/test_new_op_checklist.py``, which reports every
 missing piece of every op at once. Here: the device status table's messages, and each
 public function's documentation.
 """

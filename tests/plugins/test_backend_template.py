@@ -135,7 +135,7 @@ def test_the_guide_shows_what_the_template_writes(tmp_path: Path) -> None:
     """docs/BACKENDS.md's pytest route and lazy plugin are the template's lines, verbatim."""
     root = tmp_path / "riftco-mine"
     assert main(["new-backend", "mine", str(root)]) == 0
-    guide = (Path(__file__).resolve().parents[1] / "docs" / "BACKENDS.md").read_text()
+    guide = (Path(__file__).resolve().parents[2] / "docs" / "BACKENDS.md").read_text()
     written = "".join(p.read_text() for p in (root / "pyproject.toml",
                                               root / "tests" / "test_conformance.py",
                                               root / "riftco_mine" / "plugin.py"))  # fmt: skip

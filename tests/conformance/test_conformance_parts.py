@@ -135,7 +135,7 @@ def _pytest(*args: str) -> subprocess.CompletedProcess[str]:
         capture_output=True,
         text=True,
         timeout=300,
-        cwd=Path(__file__).resolve().parents[1],
+        cwd=Path(__file__).resolve().parents[2],
     )
 
 
@@ -169,7 +169,7 @@ def test_help_and_a_clear_error_without_hypothesis() -> None:
 def test_conformance_extra_declares_hypothesis() -> None:
     import tomllib
 
-    meta = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+    meta = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
     extra = meta["project"]["optional-dependencies"]["conformance"]
     assert any(req.startswith("hypothesis") for req in extra)
 
