@@ -33,7 +33,7 @@ test: $(STAMP)
 # its op's cases; tests/conformance_trace.py) to prove that conformance blames no other op.
 test-deep: $(STAMP)
 	$(BIN)/python -m pip install --quiet ./examples/cffi_backend
-	RIFTCO_FUZZ_EXAMPLES=200 RIFTCO_MUTANTS=all $(PYTEST) tests/test_fuzz_ops.py tests/test_conformance_mutants.py
+	RIFTCO_FUZZ_EXAMPLES=200 RIFTCO_MUTANTS=all $(PYTEST) tests/ops/test_fuzz_ops.py tests/conformance/test_conformance_mutants.py
 
 # What a newcomer without root gets: the OpenCL tests and conformance against the PoCL
 # that pip installs (pyopencl[pocl]) alone. OCL_ICD_VENDORS names an empty folder, so the

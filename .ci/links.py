@@ -9,7 +9,7 @@ the one mapping pyproject.toml declares, never from a hand-kept list.
     python .ci/links.py build/typecheck      # `make install` and `make typecheck` run it
 
 ``derived_packages()`` is the ``packages`` list the folders imply (every folder with an
-``__init__.py`` under a mapped root); tests/test_package_layout.py holds pyproject's list
+``__init__.py`` under a mapped root); tests/core/test_package_layout.py holds pyproject's list
 to it, so a new subpackage costs one folder and one line the test names.
 """
 

@@ -130,7 +130,7 @@ fi
 stage conformance 180 "${RIFTCO[@]}" conformance cuda:0 --json "$OUT_DIR/conformance.json" \
   --quiet "${CARGS[@]}" || status=1
 stage cuda-tests 50 "$PY" -m pytest -q -x -p no:cacheprovider -W "ignore::DeprecationWarning" \
-  tests/test_cuda_backend.py || status=1
+  tests/backends/cuda/test_cuda_backend.py || status=1
 stage train 80 "$PY" bench/gpu_train.py --device cuda:0 "${TARGS[@]}" \
   --json "$OUT_DIR/gpu_train.json" || status=1
 stage kernels 60 "$PY" bench/gpu_kernels.py --device cuda:0 "${KARGS[@]}" \

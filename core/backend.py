@@ -28,7 +28,7 @@ Conventions shared by every method:
   otherwise core runs the op unit's composite, built from the primitives. Each optional
   method's docstring writes out its math and has a ``Special values:`` paragraph (NaN,
   infinities, -0.0, empty shapes: what the CPU reference computes) and a ``Composite:``
-  paragraph naming the other optional ops the composite calls (``tests/test_op_specs.py``
+  paragraph naming the other optional ops the composite calls (``tests/ops/test_op_specs.py``
   holds them to the code). Conformance does not tell -0.0 from 0.0.
 
 Protocol version 1.3 (1.1 added the optional ``linear``/``linear_backward`` and

@@ -11,7 +11,7 @@ cannot drift from what runs.
 Paths are relative to one root, said in the output: the source tree for an editable
 install (``core/ops/...``, ``backends/...``), the installed ``riftco`` package otherwise
 (``ops/...``, ``backends/...``); every path printed exists under it
-(``tests/test_op_locations.py``). Tests and mutants are in the repository only: they are
+(``tests/ops/test_op_locations.py``). Tests and mutants are in the repository only: they are
 listed when the root is a source tree.
 """
 
@@ -61,7 +61,7 @@ class BackendImpl:
 class Where:
     op: str
     kind: str
-    family: str
+    module: str
     root: str
     root_kind: str
     unit: Loc
@@ -296,7 +296,7 @@ def where(name: str) -> Where:
     return Where(
         op=u.name,
         kind=u.kind,
-        family=u.family,
+        module=u.module,
         root=str(root()),
         root_kind=root_kind(),
         unit=unit_loc,
@@ -345,7 +345,7 @@ def text(w: Where) -> str:
         )
     tier = "optional: a backend without it runs the composite" if w.kind == "fused" else "required"
     out = [
-        f"{w.op}  ({w.kind}, family {w.family}; {tier})",
+        f"{w.op}  ({w.kind}, module {w.module}; {tier})",
         f"root: {w.root}  [{w.root_kind}; paths below are relative to it]",
         line("unit", w.unit),
         line("function", w.function or "-"),

@@ -156,7 +156,7 @@ INLINE long clamp(long x, long lo, long hi) { return min(max(x, lo), hi); }
  *                                             - lse feeds the loss (lse - logit cancels for
  *                                               confident rows) and the backward rebuilds
  *                                               probabilities from it
- *   layernorm, adam: sqrt                     - rstd scales every output and gradient
+ *   layer_norm, adam: sqrt                    - rstd scales every output and gradient
  * No family uses `#pragma METAL fp math_mode(safe)`: it needs MSL 3.2 (macOS 15), and a
  * kernel that is only right under it would still be wrong on older Macs; the kernels are
  * fast-math safe by construction instead, which CI checks with OpenCL's fast-math flags.

@@ -1,5 +1,5 @@
 /* RMSNorm over the last axis: forward (y, rstd) and backward dx per row. dgamma is
- * LayerNorm's two-stage column sum (layernorm.cl) with a zero mean: the host launches it.
+ * LayerNorm's two-stage column sum (layer_norm.cl) with a zero mean: the host launches it.
  *
  * Integer params P: [0] rows, [1] C (the normalised width), [2] team width (see rows.h).
  * Float params F: [0] eps. No comparison with inf or NaN anywhere: a NaN entry makes its

@@ -1,4 +1,4 @@
-/* Row teams: the reduction helpers of every row-wise family (softmax, layernorm,
+/* Row teams: the reduction helpers of every row-wise family (softmax, layer_norm,
  * cross-entropy, attention). Included with #include "rows.h" after the type defines; the
  * host inlines it (sources.py), so Metal sees one source string too.
  *

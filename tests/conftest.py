@@ -1,9 +1,16 @@
-"""Fixtures every test file may use. Keep this small and generic."""
+"""Fixtures every test file may use. Keep this small and generic.
+
+The tests live in folders that mirror the code (``ops/``, ``backends/<name>/``, ...); the
+helper modules they share (``helpers.py``, ``plugin_fakes.py``, ``conformance_mutants.py``,
+``data/``, ...) stay here, and this folder goes on ``sys.path`` so that every test imports
+them by their plain names (``from helpers import assert_close``) from any depth.
+"""
 
 from __future__ import annotations
 
 import functools
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,6 +32,10 @@ if settings is not None:
         suppress_health_check=[HealthCheck.too_slow],
     )
     settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "riftco"))
+
+_HERE = str(Path(__file__).resolve().parent)
+if _HERE not in sys.path:
+    sys.path.insert(0, _HERE)
 
 _ENV = ("RIFTCO_BACKEND", "RIFTCO_STRICT_PLUGINS", "RIFTCO_DISABLE_PLUGINS")
 

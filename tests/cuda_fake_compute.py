@@ -7,7 +7,7 @@ the fake hands the source the CUDA runtime compiled to the OpenCL runtime, binds
 OpenCL buffer per allocation (an allocation bound twice, as an in-place op does, is one
 buffer), runs ``threads`` work-items in groups of the CUDA block size, and copies every
 bound allocation back. What this cannot see is the CUDA branch of the prelude itself:
-NVRTC compiles it (tests/test_cuda_compile.py), and only a GPU runs it.
+NVRTC compiles it (tests/backends/cuda/test_cuda_compile.py), and only a GPU runs it.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Shared test helpers: a comparison that says where and by how much, runtime plugins, and a
 primitives-only backend that refuses views.
 
-Import as ``from helpers import assert_close`` (pytest puts ``tests/`` on ``sys.path``).
+Import as ``from helpers import assert_close`` (``tests/conftest.py`` puts ``tests/`` on
+``sys.path`` for every subfolder).
 """
 
 from __future__ import annotations

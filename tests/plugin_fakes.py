@@ -1,7 +1,7 @@
 """Fake plugins for the plugin tests: entry points without installing, and real dist-infos.
 
 Import as ``from plugin_fakes import FakeEntryPoint, install_entry_points, write_dist``
-(pytest puts ``tests/`` on ``sys.path``).
+(``tests/conftest.py`` puts ``tests/`` on ``sys.path`` for every subfolder).
 """
 
 from __future__ import annotations

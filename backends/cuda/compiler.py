@@ -3,7 +3,8 @@
 CUBIN, not PTX: a driver refuses PTX written by a newer compiler than itself (pip's NVRTC
 is usually newer than the machine's driver), while machine code for the device's own
 architecture loads on any driver of the same major version. NVRTC needs no GPU and no
-driver, so the same function checks every kernel family in CI (tests/test_cuda_compile.py).
+driver, so the same function checks every kernel family in CI
+(tests/backends/cuda/test_cuda_compile.py).
 
 The NVRTC library comes from the ``nvidia-cuda-nvrtc`` wheel (or a CUDA toolkit), found by
 ``cuda.bindings`` through ``cuda.pathfinder``; without it :func:`nvrtc_status` says why.

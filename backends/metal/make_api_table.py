@@ -8,8 +8,9 @@ Why a table: a wrong prototype cast of ``objc_msgSend`` is undefined behaviour o
 that no Linux run can observe. The table holds what Apple declares, read from the
 metadata pyobjc generates from the macOS SDK headers (``Metal/_metadata.py``,
 ``Foundation/_metadata.py`` inside the macOS wheels, which pip downloads on any platform);
-``tests/test_metal_objc.py`` checks riftco's declarations (``objc.SELECTORS``) against it
-and the fake Objective-C runtime refuses any message whose prototype differs from it.
+``tests/backends/metal/test_metal_objc.py`` checks riftco's declarations
+(``objc.SELECTORS``) against it and the fake Objective-C runtime refuses any message whose
+prototype differs from it.
 
 pyobjc writes metadata only where its bridge needs more than the runtime tells it, so a
 few NSObject basics and class properties have none; :data:`HEADER_DECLARATIONS` gives

@@ -4,8 +4,8 @@ Why it looks like this: on arm64 ``objc_msgSend`` must be called through a point
 the method's exact C prototype (variadic calls pass arguments differently), and structs
 such as ``MTLSize`` go by value. So every selector riftco sends is declared once in
 :data:`SELECTORS` with Apple's type encodings (``backends/metal/api_table.json`` holds
-Apple's own, and ``tests/test_metal_objc.py`` fails when the two differ); the bridge turns
-each declaration into one cast function pointer and converts arguments by it.
+Apple's own, and ``tests/backends/metal/test_metal_objc.py`` fails when the two differ);
+the bridge turns each declaration into one cast function pointer and converts arguments by it.
 
 The C side is reached through an :class:`ObjCLibrary`: :func:`load_system_library` dlopens
 libobjc, Foundation, CoreGraphics and Metal on macOS; ``objc_fake.FakeObjC`` answers the

@@ -8,7 +8,7 @@ q | k | v along the last axis), the output is written as [B, T, C] rows the outp
 projection reads, and the backward writes dq | dk | dv into one [B, T, 3C] gradient: no
 head split, head merge or concatenation copies. These are the entry points of issue 13's
 part-2 attention op; their composite is ``split -> reshape -> permute -> attention ->
-permute -> reshape`` (tests/test_native_attention_qkv.py checks exactly that).
+permute -> reshape`` (tests/backends/native/test_native_attention_qkv.py checks exactly that).
 """
 
 from __future__ import annotations

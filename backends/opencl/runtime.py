@@ -42,7 +42,7 @@ FAST_MATH_ENV = "RIFTCO_FAST_MATH"
 #: Metal compiles with fast math unless told otherwise; these make an OpenCL compiler
 #: assume the same (no NaN or infinity, reassociation, relaxed builtins), so a kernel that
 #: only works with IEEE specials fails on Linux first. PoCL (clang) honours them: it folds
-#: ``x != x`` to false under either flag (checked in tests/test_kernel_specials.py).
+#: ``x != x`` to false under either flag (checked in tests/kernels/test_kernel_specials.py).
 FAST_MATH_OPTIONS = ("-cl-fast-relaxed-math", "-cl-finite-math-only")
 
 
@@ -274,7 +274,7 @@ class OpenCLRuntime:
         if self.keeps_own_cache:
             # NOTE: PoCL caches both compile stages on disk itself (POCL_CACHE_DIR, keyed by
             # source, options and device), and exporting its binary compiles every kernel
-            # once more for a generic group size: layernorm.cl took 13 s to export against
+            # once more for a generic group size: layer_norm.cl took 13 s to export against
             # 0.65 s to build (2-core EPYC, pip PoCL 3.0). So only the log is kept here.
             built = self._build_source(source, options, label)
             key = cache.key(source, options)

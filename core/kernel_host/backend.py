@@ -30,9 +30,9 @@ from ..errors import DeviceLostError, DTypeError, OutOfMemoryError, ShapeError
 from ..ieee import quiet
 from ..tensor import Tensor
 from .allocator import CachingAllocator
-from .fused import FusedKernels
+from .fused import FusedPlans
 from .layout import collapse
-from .primitives import PrimitiveKernels
+from .primitives import PrimitivePlans
 from .runtime import Program, Runtime
 from .sources import program_source
 from .status import DeviceStatus
@@ -63,7 +63,7 @@ class TransferStats:
         return dict(self.__dict__)
 
 
-class KernelBackend(FusedKernels, PrimitiveKernels, BackendBase):
+class KernelBackend(FusedPlans, PrimitivePlans, BackendBase):
     """Base of every backend that runs ``shaders/`` kernels. Subclasses supply a runtime."""
 
     name: ClassVar[str] = "kernel"

@@ -11,7 +11,7 @@ keeps it on the compiled program (:class:`BuildLog`), and shows it where someone
 
 Some diagnostics are known to be harmless and are marked as such, with the reason, rather
 than hidden: :data:`HARMLESS` is the list, and a kernel family whose build says anything
-else fails ``tests/test_kernel_build_logs.py``.
+else fails ``tests/kernels/test_kernel_build_logs.py``.
 """
 
 from __future__ import annotations

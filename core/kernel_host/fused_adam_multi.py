@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..ops.fused.adam_multi import CLIP_EPS
-from .host import KernelMixin
+from .host import PlanBase
 from .shader_defines import ADAM_SEGMENTS
 
 if TYPE_CHECKING:
@@ -44,7 +44,7 @@ def segment_groups(sizes: list[int], per: int = ADAM_SEGMENTS) -> list[list[int]
     return groups
 
 
-class AdamMultiKernels(KernelMixin):
+class AdamMultiPlan(PlanBase):
     """``adam_update_multi``: ``ceil(tensors / ADAM_SEGMENTS)`` launches, no host wait."""
 
     def adam_update_multi(

@@ -1,5 +1,5 @@
 """The residual add fused with LayerNorm: launch plan (op unit
-``riftco.ops.fused.add_layer_norm``; kernels in ``shaders/layernorm.cl``).
+``riftco.ops.fused.add_layer_norm``; kernels in ``shaders/layer_norm.cl``).
 
 Forward: one row launch writes ``s = x + r`` and normalises it from the values it just
 wrote (the unfused pair is an add launch, then a LayerNorm launch reading ``s`` back).
@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING
 
 from .fused_layer_norm import backward, forward_outputs
 from .fused_plan import row_plan
-from .host import KernelMixin
+from .host import PlanBase
 
 if TYPE_CHECKING:
     from ..tensor import Tensor
 
 
-class AddLayerNormKernels(KernelMixin):
+class AddLayerNormPlan(PlanBase):
     """``add_layer_norm`` and its backward (LayerNorm's param sums are reused)."""
 
     def add_layer_norm(
@@ -30,7 +30,7 @@ class AddLayerNormKernels(KernelMixin):
         if x.size:
             threads, width = row_plan(rows, c)
             self.launch(
-                "layernorm", "add_layer_norm_forward", x.dtype, threads,
+                "layer_norm", "add_layer_norm_forward", x.dtype, threads,
                 s, y, mean, rstd, x, r, gamma, beta, ints=(rows, c, width), floats=(eps,),
             )  # fmt: skip
         return s, y, mean, rstd

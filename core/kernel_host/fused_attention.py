@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .fused_plan import row_plan
-from .host import KernelHost, KernelMixin
+from .host import KernelHost, PlanBase
 
 if TYPE_CHECKING:
     from ..tensor import Tensor
@@ -36,7 +36,7 @@ def score_grads(host: KernelHost, ds: Tensor, probs: Tensor, scale: float) -> No
     )  # fmt: skip
 
 
-class AttentionKernels(KernelMixin):
+class AttentionPlan(PlanBase):
     """Attention with the [B, H, T, T] probabilities kept for the backward."""
 
     def attention(

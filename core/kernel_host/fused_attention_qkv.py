@@ -15,14 +15,14 @@ from typing import TYPE_CHECKING
 from ..ops.fused.attention_qkv import heads_view
 from .fused_attention import score_grads, softmax_scores
 from .fused_flash_attention import flash_backward, flash_check, flash_forward
-from .host import KernelMixin
+from .host import PlanBase
 from .shader_defines import qkv_rows
 
 if TYPE_CHECKING:
     from ..tensor import Tensor
 
 
-class AttentionQkvKernels(KernelMixin):
+class AttentionQkvPlan(PlanBase):
     """``attention_qkv`` and its backward, materialised or flash, without head copies."""
 
     def attention_qkv(

@@ -6,13 +6,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .fused_plan import flat_threads, row_plan
-from .host import KernelMixin
+from .host import PlanBase
 
 if TYPE_CHECKING:
     from ..tensor import Tensor
 
 
-class CrossEntropyKernels(KernelMixin):
+class CrossEntropyPlan(PlanBase):
     """Per-row loss and log-sum-exp forward, one thread per logit backward; targets out of
     range are clamped and flagged in the device status buffer."""
 

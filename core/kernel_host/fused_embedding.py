@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .fused_plan import flat_threads
-from .host import KernelMixin
+from .host import PlanBase
 from .shader_defines import RADIX_BITS
 
 if TYPE_CHECKING:
@@ -26,7 +26,7 @@ _RADIX_MAX_CHUNKS = 4096
 _RADIX_MIN_CHUNK = 64
 
 
-class EmbeddingKernels(KernelMixin):
+class EmbeddingPlan(PlanBase):
     """Row gather forward; deterministic scatter-add backward (see the module docstring).
     Ids out of range are clamped and flagged in the device status buffer."""
 

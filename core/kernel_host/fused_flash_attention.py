@@ -16,7 +16,7 @@ import numpy as np
 
 from ..errors import ShapeError
 from .fused_plan import MAX_THREADS, flat_threads
-from .host import KernelHost, KernelMixin
+from .host import KernelHost, PlanBase
 from .shader_defines import FLASH_BLOCK_ROWS, FLASH_CPU_ROWS, FLASH_MAX_HEAD_DIM, dense_rows
 
 if TYPE_CHECKING:
@@ -110,7 +110,7 @@ def flash_backward(
         )  # fmt: skip
 
 
-class FlashAttentionKernels(KernelMixin):
+class FlashAttentionPlan(PlanBase):
     """Flash attention on dense [B, H, T, D] operands: no [T, T] buffer anywhere."""
 
     def flash_attention(

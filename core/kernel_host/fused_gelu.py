@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .fused_plan import flat_threads
-from .host import KernelMixin
+from .host import PlanBase
 
 if TYPE_CHECKING:
     from ..tensor import Tensor
@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 _GELU_FORMS = {"tanh": 0, "none": 1}
 
 
-class GeluKernels(KernelMixin):
+class GeluPlan(PlanBase):
     """``gelu`` and its backward: the tanh form one thread per element (it vectorises on
     CPUs), the exact form grid-stride."""
 

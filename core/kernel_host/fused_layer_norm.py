@@ -1,4 +1,4 @@
-"""LayerNorm's launch plan (op unit ``riftco.ops.fused.layer_norm``; ``shaders/layernorm.cl``)."""
+"""LayerNorm's launch plan (op unit ``riftco.ops.fused.layer_norm``; ``shaders/layer_norm.cl``)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 from typing import TYPE_CHECKING
 
 from .fused_plan import flat_threads, prod, row_plan
-from .host import KernelMixin
+from .host import PlanBase
 
 if TYPE_CHECKING:
     from ..tensor import Tensor
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 _LN_CHUNK_ROWS = 64
 
 
-class LayerNormKernels(KernelMixin):
+class LayerNormPlan(PlanBase):
     """LayerNorm over the last axis: one row launch forward; backward a row launch for dx
     and a two-stage column reduction (no atomics) for dgamma and dbeta."""
 
@@ -27,7 +27,7 @@ class LayerNormKernels(KernelMixin):
         if x.size:
             threads, width = row_plan(rows, c)
             self.launch(
-                "layernorm", "layer_norm_forward", x.dtype, threads,
+                "layer_norm", "layer_norm_forward", x.dtype, threads,
                 y, mean, rstd, x, gamma, beta, ints=(rows, c, width), floats=(eps,),
             )  # fmt: skip
         return y, mean, rstd
@@ -78,7 +78,7 @@ def backward(
     dx, dgamma, dbeta, rows, c = backward_outputs(host, x)
     if rows and c:
         threads, width = row_plan(rows, c)
-        host.launch("layernorm", kernel, x.dtype, threads, dx, *inputs, ints=(rows, c, width))
+        host.launch("layer_norm", kernel, x.dtype, threads, dx, *inputs, ints=(rows, c, width))
         launch_param_sums(host, dgamma, dbeta, dy, x, mean, rstd)
     return dx, dgamma, dbeta
 
@@ -94,10 +94,10 @@ def launch_param_sums(
     partial = host.empty((chunks, 2, c), dt)
     pints = (rows, c, _LN_CHUNK_ROWS, chunks)
     host.launch(
-        "layernorm", "layer_norm_backward_partial", dt, flat_threads(chunks * c),
+        "layer_norm", "layer_norm_backward_partial", dt, flat_threads(chunks * c),
         partial, dy, x, mean, rstd, ints=pints,
     )  # fmt: skip
     host.launch(
-        "layernorm", "layer_norm_backward_params", dt, flat_threads(c),
+        "layer_norm", "layer_norm_backward_params", dt, flat_threads(c),
         dgamma, dbeta, partial, ints=pints,
     )  # fmt: skip

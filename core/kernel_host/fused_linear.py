@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .host import KernelMixin
+from .host import PlanBase
 
 if TYPE_CHECKING:
     from ..tensor import Tensor
 
 
-class LinearKernels(KernelMixin):
+class LinearPlan(PlanBase):
     """``x @ weight + bias`` through the backend's matmul and one bias kernel."""
 
     def linear(self, x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:

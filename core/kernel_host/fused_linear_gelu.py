@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .fused_gelu import GeluKernels
+from .fused_gelu import GeluPlan
 
 if TYPE_CHECKING:
     from ..tensor import Tensor
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 _KERNEL_FORM = {"tanh": "tanh", "none": "erf"}
 
 
-class LinearGeluKernels(GeluKernels):
+class LinearGeluPlan(GeluPlan):
     """Forward: the host's product, then one epilogue launch that adds the bias to ``h`` in
     place and writes ``y = gelu(h)``: two launches and one pass over ``h`` where ``linear``
     then ``gelu`` take three launches and two passes. Backward: ``gelu_backward`` then

@@ -1,5 +1,5 @@
 """RMSNorm's launch plan (op unit ``riftco.ops.fused.rms_norm``; ``shaders/rms_norm.cl``, and
-LayerNorm's dgamma stages in ``shaders/layernorm.cl``)."""
+LayerNorm's dgamma stages in ``shaders/layer_norm.cl``)."""
 
 from __future__ import annotations
 
@@ -7,13 +7,13 @@ from typing import TYPE_CHECKING
 
 from .fused_layer_norm import launch_param_sums
 from .fused_plan import prod, row_plan
-from .host import KernelMixin
+from .host import PlanBase
 
 if TYPE_CHECKING:
     from ..tensor import Tensor
 
 
-class RMSNormKernels(KernelMixin):
+class RMSNormPlan(PlanBase):
     """RMSNorm over the last axis: one row launch forward; backward a row launch for dx and
     a two-stage column reduction (no atomics) for dgamma."""
 

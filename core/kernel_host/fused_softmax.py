@@ -5,13 +5,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .fused_plan import row_plan
-from .host import KernelMixin
+from .host import PlanBase
 
 if TYPE_CHECKING:
     from ..tensor import Tensor
 
 
-class SoftmaxKernels(KernelMixin):
+class SoftmaxPlan(PlanBase):
     """Softmax over the last axis and its backward: one row-wise launch each."""
 
     def softmax(self, x: Tensor) -> Tensor:

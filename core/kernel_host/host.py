@@ -1,8 +1,10 @@
-"""What the op mixins need from the kernel host layer, as one typed protocol.
+"""What the launch plans need from the kernel host layer, as one typed protocol.
 
-``KernelBackend`` is assembled from mixins (``PrimitiveKernels`` and one per fused family,
-``fused_*.py``) that call each other and the host's own methods through ``self``. Each
-mixin names its base :data:`KernelMixin`: the protocol :class:`KernelHost` for type
+A *launch plan* is host code that turns one op call into kernel launches (buffers, thread
+counts, which kernel of which shader family); *kernels* are the device code in ``shaders/``.
+``KernelBackend`` is assembled from plan mixins (``PrimitivePlans`` and one per optional
+op unit, ``fused_*.py``) that call each other and the host's own methods through ``self``.
+Each plan names its base :data:`PlanBase`: the protocol :class:`KernelHost` for type
 checkers, so mypy checks every ``self.launch(...)`` and ``self.runtime.capabilities``
 against a real signature, and plain ``object`` at run time, so that the protocol's stubs
 never enter a backend's method resolution order (where they could shadow a sibling
@@ -58,21 +60,21 @@ class KernelHost(Protocol):
         ...
 
     def matmul(self, a: Tensor, b: Tensor, transpose_a: bool, transpose_b: bool) -> Tensor:
-        """The protocol's batched product (``PrimitiveKernels``)."""
+        """The protocol's batched product (``PrimitivePlans``)."""
         ...
 
     def product(
         self, out: Tensor, a: Tensor, b: Tensor, transpose_a: bool, transpose_b: bool
     ) -> None:
-        """The product written through ``out``'s strides (``PrimitiveKernels``)."""
+        """The product written through ``out``'s strides (``PrimitivePlans``)."""
         ...
 
     def sum(self, x: Tensor, axes: tuple[int, ...], keepdims: bool) -> Tensor:
-        """The protocol's sum reduction (``PrimitiveKernels``)."""
+        """The protocol's sum reduction (``PrimitivePlans``)."""
         ...
 
 
 if TYPE_CHECKING:
-    KernelMixin = KernelHost
+    PlanBase = KernelHost
 else:
-    KernelMixin = object
+    PlanBase = object

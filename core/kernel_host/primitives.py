@@ -16,7 +16,7 @@ import numpy as np
 
 from ..backend import ElementwiseByName
 from ..errors import ShapeError
-from .host import KernelMixin
+from .host import PlanBase
 from .layout import reduction_groups
 from .sources import c_type
 
@@ -49,7 +49,7 @@ def _batch(x: Tensor, split: bool) -> tuple[int, int, int]:
     return x.shape[-2] * x.shape[-1], 0, x.offset
 
 
-class PrimitiveKernels(ElementwiseByName, KernelMixin):
+class PrimitivePlans(ElementwiseByName, PlanBase):
     """The required primitives (plus AdamW) as launches of ``shaders/`` kernels."""
 
     # -- elementwise --------------------------------------------------------------------------

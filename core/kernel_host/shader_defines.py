@@ -6,7 +6,7 @@ radix sort's digit width, where the flash kernels find each row layout in ``P``.
 hand in two languages they drift silently (a wrong thread count still runs, just over the
 wrong rows), so :func:`shader_defines` turns these definitions into ``#define NAME value``
 lines that ``sources.program_source`` puts into every program, and the shaders use the
-macros without defining them (``tests/test_shader_defines.py`` fails if one does).
+macros without defining them (``tests/kernels/test_shader_defines.py`` fails if one does).
 """
 
 from __future__ import annotations

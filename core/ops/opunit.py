@@ -23,7 +23,7 @@ from __future__ import annotations
 import importlib
 import inspect
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
@@ -95,6 +95,9 @@ Cost = tuple[int, int]
 class OpUnit:
     """One backend method: its contract, its fallback, its derivative and its test samples.
 
+    Declared as ``OpUnit(name, kind, method, module=..., ...)``: everything after the
+    method is a keyword.
+
     * ``method``: the typed protocol method (its docstring is the op's specification:
       shapes, output dtype, NaN/Inf behaviour, determinism, in place or not).
     * ``composite``: the op built from primitives only (fused ops), used when a backend
@@ -114,8 +117,11 @@ class OpUnit:
 
     name: str
     kind: Kind
-    family: str
     method: Callable[..., Any]
+    _: KW_ONLY
+    #: the op module that declares the unit: ``core/ops/<primitive|fused>/<module>.py``
+    #: (``"unary"`` for ``exp``); ops of one module share their samples and mutants
+    module: str
     #: the public function conformance calls (``riftco.ops.<name>`` when ``None``)
     function: Callable[..., Any] | None = None
     outputs: tuple[str, ...] = ("out",)
@@ -177,7 +183,7 @@ class OpUnit:
         return callable(getattr(type(backend), self.name, None))
 
     def __repr__(self) -> str:
-        return f"OpUnit({self.name!r}, {self.kind}, family={self.family!r})"
+        return f"OpUnit({self.name!r}, {self.kind}, module={self.module!r})"
 
 
 def samples_module(module: str) -> str:
@@ -213,7 +219,7 @@ def register(*units: OpUnit) -> None:
         other = _UNITS.get(unit.name)
         if other is not None and other is not unit:
             raise ValueError(
-                f"[ops] two op units are named {unit.name!r} ({other.family}, {unit.family})"
+                f"[ops] two op units are named {unit.name!r} ({other.module}, {unit.module})"
             )
         _UNITS[unit.name] = unit
         if unit.function is not None:

@@ -25,7 +25,7 @@ def signature(u: OpUnit) -> str:
 
 
 def module_path(u: OpUnit) -> str:
-    return f"core/ops/{'fused' if u.fused else 'primitive'}/{u.family}.py"
+    return f"core/ops/{'fused' if u.fused else 'primitive'}/{u.module}.py"
 
 
 def rows() -> list[tuple[str, ...]]:

@@ -2,7 +2,7 @@
 
 Buffers are flat numpy arrays and the arithmetic is numpy, so the file shows the protocol
 and nothing else; a real backend keeps the same shape with its own buffers and kernels.
-docs/BACKENDS.md walks through it, and tests/test_minimal_backend.py runs the conformance
+docs/BACKENDS.md walks through it, and tests/plugins/test_minimal_backend.py runs the conformance
 suite on it (every fused op then runs as core's composite of these primitives).
 
 Try it: ``riftco.get_registry().register(minimal_backend, name="minimal")``, then

@@ -2,7 +2,7 @@
 
 ``MODULES`` is their protocol order, the order ``riftco backends``, conformance and the
 docs table list them in; importing the package registers them in it. ``riftco.ops`` still
-discovers a module missing from it (registered last), and ``tests/test_new_op_checklist.py``
+discovers a module missing from it (registered last), and ``tests/ops/test_new_op_checklist.py``
 fails until it is listed.
 """
 

@@ -161,7 +161,7 @@ def _cost(args: list[Any]) -> tuple[int, int]:
 
 
 ADAM_UPDATE = OpUnit(
-    "adam_update", "fused", "adam", AdamMethods.adam_update, function=adam_update,
+    "adam_update", "fused", AdamMethods.adam_update, module="adam", function=adam_update,
     outputs=("param", "m", "v"), in_place=True, composite=adam_update_composite,
     tolerance=Tolerances(Tolerance(1e-6, 1e-4), Tolerance(1e-12, 1e-10),
                          why="sqrt and division by sqrt(vhat) + eps amplify ulps"),

@@ -166,7 +166,7 @@ def _cost(args: list[Any]) -> tuple[int, int]:
 
 
 ADAM_UPDATE_MULTI = OpUnit(
-    "adam_update_multi", "fused", "adam_multi", AdamMultiMethods.adam_update_multi,
+    "adam_update_multi", "fused", AdamMultiMethods.adam_update_multi, module="adam_multi",
     function=adam_update_multi, outputs=("params", "ms", "vs"), in_place=True,
     composite=adam_update_multi_composite,
     tolerance=Tolerances(Tolerance(1e-6, 1e-4), Tolerance(1e-12, 1e-10),

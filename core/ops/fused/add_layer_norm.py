@@ -131,7 +131,7 @@ def _cost(n: int) -> Any:
 
 
 ADD_LAYER_NORM = OpUnit(
-    "add_layer_norm", "fused", "add_layer_norm", AddLayerNormMethods.add_layer_norm,
+    "add_layer_norm", "fused", AddLayerNormMethods.add_layer_norm, module="add_layer_norm",
     function=add_layer_norm, outputs=("s", "y", "mean", "rstd"),
     composite=add_layer_norm_composite,
     nan="a NaN in x or r makes that element of s NaN and its row of y and statistics NaN",
@@ -139,8 +139,9 @@ ADD_LAYER_NORM = OpUnit(
     since=(1, 3),
 )  # fmt: skip
 ADD_LAYER_NORM_BACKWARD = OpUnit(
-    "add_layer_norm_backward", "fused", "add_layer_norm",
-    AddLayerNormMethods.add_layer_norm_backward, function=add_layer_norm_backward,
+    "add_layer_norm_backward", "fused",
+    AddLayerNormMethods.add_layer_norm_backward, module="add_layer_norm",
+    function=add_layer_norm_backward,
     outputs=("dsum", "dgamma", "dbeta"), composite=add_layer_norm_backward_composite,
     tolerance=LAYER_NORM_BACKWARD.tolerance, cost=_cost(5), testing=_SAMPLES,
     since=(1, 3),

@@ -200,13 +200,13 @@ _TOL_B = Tolerances(Tolerance(2e-4, 2e-4), Tolerance(1e-10, 1e-10), scale=score_
                     why="four accumulating matmuls and a row sum")  # fmt: skip
 
 ATTENTION = OpUnit(
-    "attention", "fused", "attention", AttentionMethods.attention, function=attention,
+    "attention", "fused", AttentionMethods.attention, module="attention", function=attention,
     outputs=("out", "probs"), composite=attention_composite, vjp=_attention_vjp,
     differentiable=(0, 1, 2), tolerance=_TOL, cost=cost,
     testing=_SAMPLES,
 )  # fmt: skip
 ATTENTION_BACKWARD = OpUnit(
-    "attention_backward", "fused", "attention", AttentionMethods.attention_backward,
+    "attention_backward", "fused", AttentionMethods.attention_backward, module="attention",
     function=attention_backward, outputs=("dq", "dk", "dv"),
     composite=attention_backward_composite, tolerance=_TOL_B, cost=cost,
     testing=_SAMPLES,

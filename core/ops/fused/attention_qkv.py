@@ -231,14 +231,15 @@ _TOL_B = Tolerances(
 )
 
 ATTENTION_QKV = OpUnit(
-    "attention_qkv", "fused", "attention_qkv", AttentionQKVMethods.attention_qkv,
+    "attention_qkv", "fused", AttentionQKVMethods.attention_qkv, module="attention_qkv",
     function=attention_qkv, outputs=("out", "stat"), composite=attention_qkv_composite,
     vjp=_vjp, differentiable=(0,), tolerance=_TOL, cost=_cost,
     testing=_SAMPLES,
     since=(1, 1),
 )  # fmt: skip
 ATTENTION_QKV_BACKWARD = OpUnit(
-    "attention_qkv_backward", "fused", "attention_qkv", AttentionQKVMethods.attention_qkv_backward,
+    "attention_qkv_backward", "fused", AttentionQKVMethods.attention_qkv_backward,
+    module="attention_qkv",
     function=attention_qkv_backward, outputs=("dqkv",),
     composite=attention_qkv_backward_composite, tolerance=_TOL_B, cost=_cost_backward,
     testing=_SAMPLES,

@@ -147,7 +147,7 @@ def _cost(n_in: int) -> Any:
 
 
 CROSS_ENTROPY = OpUnit(
-    "cross_entropy", "fused", "cross_entropy", CrossEntropyMethods.cross_entropy,
+    "cross_entropy", "fused", CrossEntropyMethods.cross_entropy, module="cross_entropy",
     function=cross_entropy, outputs=("loss_rows", "lse"), composite=cross_entropy_composite,
     vjp=_cross_entropy_vjp, differentiable=(0,),
     nan="a NaN logit makes its row's loss and lse NaN",
@@ -157,8 +157,9 @@ CROSS_ENTROPY = OpUnit(
     testing=_SAMPLES,
 )  # fmt: skip
 CROSS_ENTROPY_BACKWARD = OpUnit(
-    "cross_entropy_backward", "fused", "cross_entropy",
-    CrossEntropyMethods.cross_entropy_backward, function=cross_entropy_backward,
+    "cross_entropy_backward", "fused",
+    CrossEntropyMethods.cross_entropy_backward, module="cross_entropy",
+    function=cross_entropy_backward,
     outputs=("dlogits",), composite=cross_entropy_backward_composite,
     tolerance=Tolerances(Tolerance(1e-6, 1e-4), Tolerance(1e-11, 1e-10),
                          why="exp(logits - lse) carries lse's ulps"),

@@ -168,7 +168,7 @@ def _cost(args: list[Any]) -> tuple[int, int]:
 
 
 EMBEDDING = OpUnit(
-    "embedding", "fused", "embedding", EmbeddingMethods.embedding, function=embedding,
+    "embedding", "fused", EmbeddingMethods.embedding, module="embedding", function=embedding,
     composite=embedding_composite, vjp=_embedding_vjp, differentiable=(0,),
     nan="copies rows exactly (the composite spreads a NaN down its column)",
     tolerance=EXACT_TOLERANCES,
@@ -176,7 +176,7 @@ EMBEDDING = OpUnit(
     testing=_SAMPLES,
 )  # fmt: skip
 EMBEDDING_BACKWARD = OpUnit(
-    "embedding_backward", "fused", "embedding", EmbeddingMethods.embedding_backward,
+    "embedding_backward", "fused", EmbeddingMethods.embedding_backward, module="embedding",
     function=embedding_backward, composite=embedding_backward_composite, deterministic=True,
     tolerance=Tolerances(Tolerance(1e-6, 1e-5), Tolerance(1e-14, 1e-12), scale=_scatter_scale,
                          why="repeated ids accumulate in a backend-chosen (fixed) order"),

@@ -167,14 +167,15 @@ _TOL_B = Tolerances(Tolerance(2e-4, 2e-4), Tolerance(1e-10, 1e-10), scale=score_
                     why="probabilities rebuilt from lse, four accumulating products")  # fmt: skip
 
 FLASH_ATTENTION = OpUnit(
-    "flash_attention", "fused", "flash_attention", FlashAttentionMethods.flash_attention,
+    "flash_attention", "fused", FlashAttentionMethods.flash_attention, module="flash_attention",
     function=flash_attention, outputs=("out", "lse"), composite=flash_attention_composite,
     vjp=_flash_vjp, differentiable=(0, 1, 2), tolerance=_TOL, cost=cost,
     testing=_SAMPLES,
 )  # fmt: skip
 FLASH_ATTENTION_BACKWARD = OpUnit(
-    "flash_attention_backward", "fused", "flash_attention",
-    FlashAttentionMethods.flash_attention_backward, function=flash_attention_backward,
+    "flash_attention_backward", "fused",
+    FlashAttentionMethods.flash_attention_backward, module="flash_attention",
+    function=flash_attention_backward,
     outputs=("dq", "dk", "dv"), composite=flash_attention_backward_composite, tolerance=_TOL_B,
     cost=cost,
     testing=_SAMPLES,

@@ -169,7 +169,7 @@ def _cost(n_in: int) -> Any:
 
 
 GELU = OpUnit(
-    "gelu", "fused", "gelu", GeluMethods.gelu, function=gelu,
+    "gelu", "fused", GeluMethods.gelu, module="gelu", function=gelu,
     composite=gelu_composite, vjp=_gelu_vjp, differentiable=(0,),
     nan="NaN -> NaN; gelu(+inf) = +inf, gelu(-inf) = NaN",
     # tanh/erf are a few ulp; the float64 composite's erf is float64-grade
@@ -179,7 +179,7 @@ GELU = OpUnit(
     testing=_SAMPLES,
 )  # fmt: skip
 GELU_BACKWARD = OpUnit(
-    "gelu_backward", "fused", "gelu", GeluMethods.gelu_backward, function=gelu_backward,
+    "gelu_backward", "fused", GeluMethods.gelu_backward, module="gelu", function=gelu_backward,
     composite=gelu_backward_composite, nan="NaN at NaN and at +-inf",
     # for large |x| it cancels (1 + tanh) and (1 - tanh^2), then scales by x * dy
     tolerance=Tolerances(Tolerance(2e-5, 2e-5), Tolerance(1e-12, 1e-11),

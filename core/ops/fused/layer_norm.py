@@ -145,7 +145,7 @@ def _cost(n: int) -> Any:
 
 
 LAYER_NORM = OpUnit(
-    "layer_norm", "fused", "layer_norm", LayerNormMethods.layer_norm, function=layer_norm,
+    "layer_norm", "fused", LayerNormMethods.layer_norm, module="layer_norm", function=layer_norm,
     outputs=("y", "mean", "rstd"), composite=layer_norm_composite, vjp=_layer_norm_vjp,
     differentiable=(0, 1, 2), nan="a NaN makes its row and statistics NaN",
     tolerance=Tolerances(Tolerance(2e-5, 1e-4), Tolerance(1e-10, 1e-10),
@@ -154,7 +154,7 @@ LAYER_NORM = OpUnit(
     testing=_SAMPLES,
 )  # fmt: skip
 LAYER_NORM_BACKWARD = OpUnit(
-    "layer_norm_backward", "fused", "layer_norm", LayerNormMethods.layer_norm_backward,
+    "layer_norm_backward", "fused", LayerNormMethods.layer_norm_backward, module="layer_norm",
     function=layer_norm_backward, outputs=("dx", "dgamma", "dbeta"),
     composite=layer_norm_backward_composite,
     tolerance=Tolerances(Tolerance(1e-4, 1e-4), Tolerance(1e-10, 1e-10),

@@ -112,14 +112,14 @@ _TOL = Tolerances(Tolerance(1e-6, 1e-5), Tolerance(1e-14, 1e-12), scale=_scale,
                   why="sums over K, M or N terms in a backend-chosen order")  # fmt: skip
 
 LINEAR = OpUnit(
-    "linear", "fused", "linear", LinearMethods.linear, function=linear,
+    "linear", "fused", LinearMethods.linear, module="linear", function=linear,
     composite=linear_composite, vjp=_linear_vjp, differentiable=(0, 1, 2), tolerance=_TOL,
     cost=_cost,
     testing=_SAMPLES,
     since=(1, 1),
 )  # fmt: skip
 LINEAR_BACKWARD = OpUnit(
-    "linear_backward", "fused", "linear", LinearMethods.linear_backward,
+    "linear_backward", "fused", LinearMethods.linear_backward, module="linear",
     function=linear_backward, outputs=("dx", "dweight", "dbias"),
     composite=linear_backward_composite, tolerance=_TOL, cost=_cost_backward,
     testing=_SAMPLES,

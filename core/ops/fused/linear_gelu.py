@@ -136,14 +136,15 @@ _TOL = Tolerances(Tolerance(2e-5, 2e-5), Tolerance(1e-12, 1e-11), scale=_scale,
                       "cancels (1 + tanh) for large |h|")  # fmt: skip
 
 LINEAR_GELU = OpUnit(
-    "linear_gelu", "fused", "linear_gelu", LinearGeluMethods.linear_gelu, function=linear_gelu,
+    "linear_gelu", "fused", LinearGeluMethods.linear_gelu, module="linear_gelu",
+    function=linear_gelu,
     outputs=("y", "h"), composite=linear_gelu_composite, vjp=_vjp, differentiable=(0, 1, 2),
     tolerance=_TOL, cost=_cost,
     testing=_SAMPLES,
     since=(1, 3),
 )  # fmt: skip
 LINEAR_GELU_BACKWARD = OpUnit(
-    "linear_gelu_backward", "fused", "linear_gelu", LinearGeluMethods.linear_gelu_backward,
+    "linear_gelu_backward", "fused", LinearGeluMethods.linear_gelu_backward, module="linear_gelu",
     function=linear_gelu_backward, outputs=("dx", "dweight", "dbias"),
     composite=linear_gelu_backward_composite, tolerance=_TOL, cost=_cost_backward,
     testing=_SAMPLES,

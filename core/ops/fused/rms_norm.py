@@ -110,7 +110,7 @@ def _cost(n: int) -> Any:
 
 
 RMS_NORM = OpUnit(
-    "rms_norm", "fused", "rms_norm", RMSNormMethods.rms_norm, function=rms_norm,
+    "rms_norm", "fused", RMSNormMethods.rms_norm, module="rms_norm", function=rms_norm,
     outputs=("y", "rstd"), composite=rms_norm_composite, vjp=_rms_norm_vjp,
     differentiable=(0, 1), nan="a NaN makes its row and rstd NaN",
     tolerance=Tolerances(Tolerance(2e-5, 1e-4), Tolerance(1e-10, 1e-10),
@@ -121,7 +121,7 @@ RMS_NORM = OpUnit(
     since=(1, 4),
 )  # fmt: skip
 RMS_NORM_BACKWARD = OpUnit(
-    "rms_norm_backward", "fused", "rms_norm", RMSNormMethods.rms_norm_backward,
+    "rms_norm_backward", "fused", RMSNormMethods.rms_norm_backward, module="rms_norm",
     function=rms_norm_backward, outputs=("dx", "dgamma"),
     composite=rms_norm_backward_composite,
     tolerance=Tolerances(Tolerance(1e-4, 1e-4), Tolerance(1e-10, 1e-10),

@@ -86,7 +86,7 @@ def _cost(n: int) -> Any:
 
 
 SOFTMAX = OpUnit(
-    "softmax", "fused", "softmax", SoftmaxMethods.softmax, function=softmax,
+    "softmax", "fused", SoftmaxMethods.softmax, module="softmax", function=softmax,
     composite=softmax_composite, vjp=_softmax_vjp, differentiable=(0,),
     nan="a NaN makes its row NaN; an all -inf row gives NaN",
     tolerance=Tolerances(Tolerance(1e-6, 2e-5), Tolerance(1e-12, 1e-10),
@@ -95,7 +95,7 @@ SOFTMAX = OpUnit(
     testing=_SAMPLES,
 )  # fmt: skip
 SOFTMAX_BACKWARD = OpUnit(
-    "softmax_backward", "fused", "softmax", SoftmaxMethods.softmax_backward,
+    "softmax_backward", "fused", SoftmaxMethods.softmax_backward, module="softmax",
     function=softmax_backward, composite=softmax_backward_composite,
     tolerance=Tolerances(Tolerance(1e-5, 1e-4), Tolerance(1e-11, 1e-10),
                          why="a row sum of dy * y, then a difference"),

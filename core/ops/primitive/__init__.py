@@ -2,7 +2,7 @@
 
 ``MODULES`` is their protocol order (memory first: the others use it); importing the
 package registers them in it. ``riftco.ops`` still discovers a module missing from it
-(registered last), and ``tests/test_ops_lists.py`` fails until it is listed.
+(registered last), and ``tests/ops/test_ops_lists.py`` fails until it is listed.
 """
 
 import importlib

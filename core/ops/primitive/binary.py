@@ -184,14 +184,14 @@ _EXACT = Tolerances(exact=True, why="a selection, exact")
 
 def _binary_unit(name: str, fn: Any, vjp: Any, tol: Tolerances) -> OpUnit:
     return OpUnit(
-        name, "primitive", "binary", getattr(BinaryMethods, name), function=fn,
+        name, "primitive", getattr(BinaryMethods, name), module="binary", function=fn,
         vjp=vjp, differentiable=(0, 1), tolerance=tol, cost=_cost(1), testing=_SAMPLES,
     )  # fmt: skip
 
 
 def _scalar_unit(name: str, fn: Any, vjp: Any, tol: Tolerances) -> OpUnit:
     return OpUnit(
-        name, "primitive", "binary", getattr(BinaryMethods, name), function=fn,
+        name, "primitive", getattr(BinaryMethods, name), module="binary", function=fn,
         vjp=vjp, differentiable=(0,), tolerance=tol, cost=_cost(1), testing=_SAMPLES,
     )  # fmt: skip
 

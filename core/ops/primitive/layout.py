@@ -83,12 +83,12 @@ def _cost(args: list[Any]) -> tuple[int, int]:
 
 
 CONCATENATE = OpUnit(
-    "concatenate_last_axis", "primitive", "layout", LayoutMethods.concatenate_last_axis,
+    "concatenate_last_axis", "primitive", LayoutMethods.concatenate_last_axis, module="layout",
     function=concatenate_last_axis, vjp=_concat_vjp, differentiable=(0,),
     tolerance=EXACT_TOLERANCES, cost=_cost, testing=_SAMPLES,
 )  # fmt: skip
 SPLIT = OpUnit(
-    "split_last_axis", "primitive", "layout", LayoutMethods.split_last_axis,
+    "split_last_axis", "primitive", LayoutMethods.split_last_axis, module="layout",
     function=split_last_axis, outputs=("pieces",), tolerance=EXACT_TOLERANCES, cost=_cost,
     testing=_SAMPLES,
 )  # fmt: skip

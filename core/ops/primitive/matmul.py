@@ -104,7 +104,7 @@ def _cost(args: list[Any]) -> tuple[int, int]:
 
 
 MATMUL = OpUnit(
-    "matmul", "primitive", "matmul", MatmulMethods.matmul, function=matmul,
+    "matmul", "primitive", MatmulMethods.matmul, module="matmul", function=matmul,
     vjp=_matmul_vjp, differentiable=(0, 1),
     tolerance=Tolerances(Tolerance(1e-6, 1e-5), Tolerance(1e-14, 1e-12), scale=_scale,
                          why="accumulation order is the backend's; atol per unit of K*rms*rms"),

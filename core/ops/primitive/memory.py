@@ -299,33 +299,33 @@ def _fill_cost(args: list[Any]) -> tuple[int, int]:
 
 
 ALLOCATE = OpUnit(
-    "allocate", "memory", "memory", MemoryMethods.allocate, function=allocate,
+    "allocate", "memory", MemoryMethods.allocate, module="memory", function=allocate,
     tolerance=EXACT_TOLERANCES, nan="-", testing=_SAMPLES,
 )  # fmt: skip
 FROM_NUMPY = OpUnit(
-    "from_numpy", "memory", "memory", MemoryMethods.from_numpy, function=upload,
+    "from_numpy", "memory", MemoryMethods.from_numpy, module="memory", function=upload,
     tolerance=EXACT_TOLERANCES, nan="exact copy (NaN, +-inf, -0.0 preserved)", testing=_SAMPLES,
 )  # fmt: skip
 TO_NUMPY = OpUnit(
-    "to_numpy", "memory", "memory", MemoryMethods.to_numpy, function=download,
+    "to_numpy", "memory", MemoryMethods.to_numpy, module="memory", function=download,
     tolerance=EXACT_TOLERANCES, nan="exact copy (NaN, +-inf, -0.0 preserved)", testing=_SAMPLES,
     cost=_copy_cost,
 )  # fmt: skip
 COPY_STRIDED = OpUnit(
-    "copy_strided", "memory", "memory", MemoryMethods.copy_strided, function=copy_strided,
+    "copy_strided", "memory", MemoryMethods.copy_strided, module="memory", function=copy_strided,
     tolerance=EXACT_TOLERANCES, nan="exact copy (NaN, +-inf, -0.0 preserved)", testing=_SAMPLES,
     cost=_copy_cost,
 )  # fmt: skip
 FILL = OpUnit(
-    "fill", "memory", "memory", MemoryMethods.fill, function=fill_, outputs=("x",),
+    "fill", "memory", MemoryMethods.fill, module="memory", function=fill_, outputs=("x",),
     in_place=True, tolerance=EXACT_TOLERANCES, nan="writes NaN, +-inf and -0.0 exactly",
     testing=_SAMPLES, cost=_fill_cost,
 )  # fmt: skip
 SYNCHRONIZE = OpUnit(
-    "synchronize", "memory", "memory", MemoryMethods.synchronize, outputs=(), nan="-"
+    "synchronize", "memory", MemoryMethods.synchronize, module="memory", outputs=(), nan="-"
 )
 MEMORY_STATS = OpUnit(
-    "memory_stats", "memory", "memory", MemoryMethods.memory_stats, outputs=(), nan="-"
+    "memory_stats", "memory", MemoryMethods.memory_stats, module="memory", outputs=(), nan="-"
 )
 
 register(ALLOCATE, FROM_NUMPY, TO_NUMPY, COPY_STRIDED, FILL, SYNCHRONIZE, MEMORY_STATS)

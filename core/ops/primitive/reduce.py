@@ -160,16 +160,16 @@ _SUM_TOL = Tolerances(
 
 
 SUM = OpUnit(
-    "sum", "primitive", "reduce", ReduceMethods.sum, function=sum, vjp=_sum_vjp,
+    "sum", "primitive", ReduceMethods.sum, module="reduce", function=sum, vjp=_sum_vjp,
     differentiable=(0,), tolerance=_SUM_TOL, cost=_reduce_cost, testing=_SAMPLES,
 )  # fmt: skip
 MAX = OpUnit(
-    "max", "primitive", "reduce", ReduceMethods.max, function=max, vjp=_max_vjp,
+    "max", "primitive", ReduceMethods.max, module="reduce", function=max, vjp=_max_vjp,
     differentiable=(0,), nan="NaN if any reduced element is NaN",
     tolerance=EXACT_TOLERANCES, cost=_reduce_cost, testing=_SAMPLES,
 )  # fmt: skip
 ARGMAX = OpUnit(
-    "argmax", "primitive", "reduce", ReduceMethods.argmax, function=argmax,
+    "argmax", "primitive", ReduceMethods.argmax, module="reduce", function=argmax,
     nan="index of the first NaN", tolerance=EXACT_TOLERANCES, cost=_reduce_cost,
     testing=_SAMPLES,
 )  # fmt: skip

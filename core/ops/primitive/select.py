@@ -85,17 +85,17 @@ def _cost(n_in: int) -> Any:
 
 
 WHERE = OpUnit(
-    "where", "primitive", "select", SelectMethods.where, function=where,
+    "where", "primitive", SelectMethods.where, module="select", function=where,
     nan="cond NaN picks a; NaN values pass through", vjp=_where_vjp, differentiable=(1, 2),
     tolerance=EXACT_TOLERANCES, cost=_cost(3), testing=_SAMPLES,
 )  # fmt: skip
 COMPARE = OpUnit(
-    "compare", "primitive", "select", SelectMethods.compare, function=compare,
+    "compare", "primitive", SelectMethods.compare, module="select", function=compare,
     nan="IEEE: false with NaN except ne", tolerance=EXACT_TOLERANCES, cost=_cost(2),
     testing=_SAMPLES,
 )  # fmt: skip
 CAST = OpUnit(
-    "cast", "primitive", "select", SelectMethods.cast, function=cast,
+    "cast", "primitive", SelectMethods.cast, module="select", function=cast,
     nan="float->int: NaN -> 0, +-inf and out-of-range saturate", tolerance=EXACT_TOLERANCES,
     cost=_cost(1), testing=_SAMPLES,
 )  # fmt: skip

@@ -129,7 +129,7 @@ _MATH = Tolerances(Tolerance(1e-6, 1e-5), why="GPU math libraries guarantee a fe
 
 def _unit(name: str, fn: Any, vjp: Any, tol: Tolerances, flops: int) -> OpUnit:
     return OpUnit(
-        name, "primitive", "unary", getattr(UnaryMethods, name), function=fn,
+        name, "primitive", getattr(UnaryMethods, name), module="unary", function=fn,
         vjp=vjp, differentiable=(0,), tolerance=tol, cost=_cost(flops), testing=_SAMPLES,
     )  # fmt: skip
 
