@@ -179,20 +179,13 @@ class _Device:
         flags = int(drv.CUstream_flags.CU_STREAM_NON_BLOCKING)
         self.stream = check(drv, drv.cuStreamCreate(flags), "cuStreamCreate")
         self.pools = props.memory_pools and pools_wanted()
+        self.memory, self.uploads = planned_paths(props.memory_pools)
         if self.pools:
-            self.memory = "stream-ordered pool (cuMemAllocAsync/cuMemFreeAsync)"
             self._keep_pool_memory(dev)
-        elif not pools_wanted():
-            self.memory = f"cuMemAlloc/cuMemFree ({POOLS_ENV}=0)"
-        else:
-            self.memory = "cuMemAlloc/cuMemFree (the device has no memory pools)"
         self.staging: _Staging | None = None
-        if not pools_wanted():
-            self.uploads = f"pageable copies ({POOLS_ENV}=0)"
-        else:
+        if pools_wanted():
             try:
                 self.staging = _Staging(drv, self.stream, self.check)
-                self.uploads = f"pinned staging ring ({STAGE_CHUNKS} x {STAGE_CHUNK >> 20} MiB)"
             except CudaDeviceLostError:
                 raise
             except CudaDriverError as exc:
@@ -463,18 +456,22 @@ class CudaRuntime:
             self._dev.synchronize("synchronize")
 
 
-def memory_paths(index: int, pools_supported: bool) -> tuple[str, str]:
-    """How device ``index`` allocates and uploads (``riftco backends`` prints it): what the
-    live device chose, fallbacks included, or what it will choose once it starts."""
-    with _shared_lock:
-        dev = _devices.get(index)
-    if dev is not None:
-        return dev.memory, dev.uploads
+def planned_paths(pools_supported: bool) -> tuple[str, str]:
+    """How a device allocates and uploads before any fallback: pools where it has them,
+    the pinned ring, unless ``RIFTCO_CUDA_POOLS=0`` asks for the plain paths."""
     if not pools_wanted():
         return f"cuMemAlloc/cuMemFree ({POOLS_ENV}=0)", f"pageable copies ({POOLS_ENV}=0)"
     memory = (
         "stream-ordered pool (cuMemAllocAsync/cuMemFreeAsync)"
         if pools_supported
-        else ("cuMemAlloc/cuMemFree (the device has no memory pools)")
+        else "cuMemAlloc/cuMemFree (the device has no memory pools)"
     )
     return memory, f"pinned staging ring ({STAGE_CHUNKS} x {STAGE_CHUNK >> 20} MiB)"
+
+
+def memory_paths(index: int, pools_supported: bool) -> tuple[str, str]:
+    """How device ``index`` allocates and uploads (``riftco backends`` prints it): what the
+    live device chose, fallbacks included, or what it will choose once it starts."""
+    with _shared_lock:
+        dev = _devices.get(index)
+    return (dev.memory, dev.uploads) if dev is not None else planned_paths(pools_supported)
