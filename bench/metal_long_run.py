@@ -18,8 +18,9 @@ prints, at steps 100, 1,000 and 2,500 (those within the run, and the last):
   entries scanned by that step's completions, command buffers (one per dispatch), ms/step.
 
 Also the parameter buffers the kernel host layer caches (``KernelBackend._constants``, an
-LRU of 4,096 shared by both runtimes): AdamW's bias corrections make two new ones per step,
-so live objects rise by two per step until that cache is full (step ~1,900), then stay.
+LRU of 4,096 shared by both runtimes). The optimizer's step-dependent parameters (learning
+rate, bias corrections) are made per launch and die with it (``launch(per_call=True)``):
+cached, they had added two entries per step until the cache filled (step ~1,900).
 
 Both run on PoCL on this machine's CPU: the ms/step are PoCL's, not a Mac's, and the
 dictionary's scans are counted, not timed. Nothing here runs on Metal.

@@ -136,13 +136,18 @@ class KernelBackend(FusedPlans, PrimitivePlans, BackendBase):
         defines: Mapping[str, str] | None = None,
         status: tuple[str, int] | None = None,
         guarded: bool = False,
+        per_call: bool = False,
     ) -> None:
         """Queue ``kernel`` of ``shaders/<family>.cl`` over ``threads`` threads (1-D).
 
         ``status=(op, bound)`` binds the device status buffer after the tensors, and appends
         its slot to ``ints``, for a kernel that checks its ids against ``bound``
         (``status.py``). ``guarded`` binds it after the tensors for a kernel that reads
-        it and writes nothing once a bad id was flagged (the optimizers')."""
+        it and writes nothing once a bad id was flagged (the optimizers'). ``per_call`` says
+        the parameter values change on every call (the optimizer's step and learning rate):
+        their buffer is made for this launch and dies with it (released once the work that
+        binds it is done), where caching it would only fill the cache with dead entries and
+        grow what a long run holds (issue 29's long-run figures)."""
         if threads <= 0:
             return
         with self.lock:  # kernel arguments are set, then queued (see __init__)
@@ -162,13 +167,18 @@ class KernelBackend(FusedPlans, PrimitivePlans, BackendBase):
                 buffers.append(raw)
                 ints = (*ints, slot)
             if ints:
-                buffers.append(self._constant(np.int32, tuple(ints)))
+                buffers.append(self._constant(np.int32, tuple(ints), not per_call))
             if floats:
-                buffers.append(self._constant(np.dtype(dtype), tuple(floats)))
+                buffers.append(self._constant(np.dtype(dtype), tuple(floats), not per_call))
             self.runtime.launch(k, int(threads), buffers)
             self._stats.launches += 1
 
-    def _constant(self, dtype: Any, values: tuple[Any, ...]) -> Any:
+    def _constant(self, dtype: Any, values: tuple[Any, ...], cached: bool = True) -> Any:
+        if not cached:
+            with quiet():
+                data = np.asarray(values, dtype=dtype).tobytes()
+            self._stats.param_buffers += 1
+            return self.runtime.constant(data)
         key: tuple[Any, ...] | bytes = (dtype, values)
         data = None
         if 0.0 in values:  # -0.0 == 0.0 would share a buffer with 0.0: key by the bytes

@@ -76,4 +76,5 @@ class AdamMultiPlan(PlanBase):
                 sizes.append(params[i].size if k < len(group) else 0)
             norm = grad_norm if grad_norm is not None else params[group[0]]  # unread if 0
             self.launch("adam", "adamw_multi", dtype, sum(sizes), *bound, norm,
-                        ints=(*sizes, clip), floats=floats, guarded=True)  # fmt: skip
+                        ints=(*sizes, clip), floats=floats, guarded=True,
+                        per_call=True)  # fmt: skip

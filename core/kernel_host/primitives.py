@@ -297,4 +297,5 @@ class PrimitivePlans(ElementwiseByName, PlanBase):
             ints=[n],
             floats=floats,
             guarded=True,  # writes nothing after a kernel flagged a bad id (DECISIONS)
+            per_call=True,  # lr and the bias corrections change every step
         )

@@ -152,6 +152,31 @@ def test_param_buffers_are_cached(backends):
     assert backend.transfer_stats()["param_buffers"] == before
 
 
+def test_optimizer_step_parameters_are_not_cached(backends):
+    """The step's learning rate and bias corrections change every call: cached, each step
+    would add a buffer that nothing reads again, and a long run's live objects would grow
+    for thousands of steps (issue 29). The values still arrive: the update matches float64."""
+    backend = backends()
+    rng = np.random.default_rng(0)
+    p0, g = rng.standard_normal((2, 257)).astype(np.float32)
+    param, grad = backend.from_numpy(p0), backend.from_numpy(g)
+    m = backend.from_numpy(np.zeros(257, np.float32))
+    v = backend.from_numpy(np.zeros(257, np.float32))
+    lr, b1, b2, eps = 1e-3, 0.9, 0.999, 1e-8
+    backend.adam_update(param, grad, m, v, lr, b1, b2, eps, 0.0, 1)
+    cached = len(backend._constants)
+    for step in range(2, 41):
+        backend.adam_update(param, grad, m, v, lr * step, b1, b2, eps, 0.0, step)
+    assert len(backend._constants) == cached
+    want, mm, vv = p0.astype(np.float64), np.zeros(257), np.zeros(257)
+    for step in range(1, 41):
+        mm = b1 * mm + (1 - b1) * g
+        vv = b2 * vv + (1 - b2) * g.astype(np.float64) ** 2
+        mhat, vhat = mm / (1 - b1**step), vv / (1 - b2**step)
+        want -= lr * (1 if step == 1 else step) * mhat / (np.sqrt(vhat) + eps)
+    np.testing.assert_allclose(backend.to_numpy(param), want, rtol=2e-5, atol=2e-5)
+
+
 def test_compile_error_carries_name_and_log(backends):
     from riftco.errors import KernelCompileError
 
