@@ -16,6 +16,7 @@ import numpy as np
 
 from ..errors import DomainError, RiftcoError
 from .checks import COUNT, FRACTION, NON_NEGATIVE, POSITIVE, POSITIVE_INT, UNIT
+from .precision import PRECISIONS
 from .progress import LINE_EVERY_S, MODES
 
 if TYPE_CHECKING:
@@ -38,6 +39,8 @@ RUN_FLAGS = {
     "eval_iters": ("train", "eval_iters"),
     "seed": ("train", "seed"),
     "label_smoothing": ("train", "label_smoothing"),
+    "precision": ("train", "precision"),
+    "loss_scale_interval": ("train", "loss_scale_interval"),
     "context": ("model", "context"),
     "layers": ("model", "layers"),
     "heads": ("model", "heads"),
@@ -130,6 +133,21 @@ def build_train_parser() -> argparse.ArgumentParser:
         default=0.0,
         metavar="EPS",
         help="train against (1-EPS)*onehot + EPS/V via a compiled objective (0 = plain)",
+    )
+    p.add_argument(
+        "--precision",
+        choices=PRECISIONS,
+        default="fp32",
+        help="fp32, or float32 master weights and AdamW state with the model's forward and "
+        "backward on bfloat16 / float16 copies (fp16-mixed scales the loss dynamically and "
+        "skips steps whose gradients overflow, saying so in the log)",
+    )
+    p.add_argument(
+        "--loss-scale-interval",
+        type=POSITIVE_INT.arg(),
+        default=200,
+        metavar="STEPS",
+        help="fp16-mixed: steps without overflow before the loss scale doubles",
     )
     p.add_argument(
         "--eval-every", type=POSITIVE_INT.arg(), default=100, help="steps between validations"
@@ -319,6 +337,8 @@ def _train(args: argparse.Namespace, given: set[str]) -> int:
             eval_iters=args.eval_iters,
             seed=args.seed,
             label_smoothing=args.label_smoothing,
+            precision=args.precision,
+            loss_scale_interval=args.loss_scale_interval,
         )
         model = GPT(mcfg, device=dev, seed=args.seed)
         trainer = Trainer(model, data, cfg, Path(args.out), args.data)
@@ -334,7 +354,7 @@ def _train(args: argparse.Namespace, given: set[str]) -> int:
         f"model: {model.num_parameters():,} parameters: {mcfg.layers} layers, {mcfg.heads} "
         f"heads, width {mcfg.width}, context {mcfg.context}, {mcfg.attention} attention, "
         f"recompute {mcfg.recompute}; {np.dtype(model.params_dtype).name} on "
-        f"{model.device}"
+        f"{model.device}{_describe_precision(trainer)}"
     )
     loss = "cross-entropy" if not cfg.label_smoothing else f"label smoothing {cfg.label_smoothing}"
     start = f" (from step {trainer.step})" if trainer.step else ""
@@ -380,8 +400,29 @@ def _train(args: argparse.Namespace, given: set[str]) -> int:
         f"({result.final_train_loss_label}), val loss {result.final_val_loss:.3f} "
         f"({result.final_val_loss_label}), {result.tokens_per_s:,.0f} tokens/s, "
         f"{result.ms_per_step:.1f} ms/step, wall {result.wall_s:.1f} s, backend {model.device}"
+        + _scale_summary(trainer, result.skipped_steps)
     )
     return 0
+
+
+def _describe_precision(trainer: Any) -> str:
+    """Nothing for fp32 (the line reads as before mixed precision existed)."""
+    prec, cfg = trainer.precision, trainer.cfg
+    if prec.compute is None:
+        return ""
+    text = f"; {prec.name}: float32 masters and AdamW state, {prec.compute.name} compute"
+    if trainer.scaler is not None:
+        text += (
+            f", loss scale {trainer.scaler.scale:g} (doubled after "
+            f"{cfg.loss_scale_interval} steps without overflow)"
+        )
+    return text
+
+
+def _scale_summary(trainer: Any, skipped: int) -> str:
+    if trainer.scaler is None:
+        return ""
+    return f", {skipped} steps skipped on overflow, final loss scale {trainer.scaler.scale:g}"
 
 
 def sample_main(argv: Sequence[str]) -> int:

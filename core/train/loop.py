@@ -29,7 +29,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from .. import creation
+from .. import creation, ops
 from ..autograd import Variable, cross_entropy, no_grad
 from ..device import Device
 from ..device import device as as_device
@@ -42,6 +42,15 @@ from . import restore
 from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from .checks import COUNT, FRACTION, NON_NEGATIVE, POSITIVE, POSITIVE_INT, UNIT
 from .data import CharDataset, load_text
+from .precision import (
+    MIN_SCALE,
+    PRECISIONS,
+    LossScaler,
+    check_device,
+    compute_copies,
+    precision,
+    unscale,
+)
 from .progress import LINE_EVERY_S, make_progress
 from .schedule import lr_at
 
@@ -66,6 +75,10 @@ class TrainConfig:
     eval_iters: int = 8
     seed: int = 0
     label_smoothing: float = 0.0  # > 0: the loss head is a compiled objective (riftco.symbolic)
+    precision: str = "fp32"  # or "bf16-mixed", "fp16-mixed" (riftco.train.precision)
+    # fp16-mixed: good steps in a row before the loss scale doubles (docs/DECISIONS.md,
+    # "Mixed-precision training": PyTorch's 2,000 would never grow it in a 1,000-step run)
+    loss_scale_interval: int = 200
 
     def validate(self) -> None:
         """Reject values that would train on NaN or crash later (``nan`` passes ``> 0``)."""
@@ -82,8 +95,13 @@ class TrainConfig:
             ("beta2", FRACTION),
             ("grad_clip", NON_NEGATIVE),
             ("label_smoothing", FRACTION),
+            ("loss_scale_interval", POSITIVE_INT),
         ):
             rule.check("train", name, getattr(self, name))
+        if self.precision not in PRECISIONS:
+            raise DomainError(
+                f"[train] precision must be one of {', '.join(PRECISIONS)}; got {self.precision!r}"
+            )
 
 
 def mean_label(losses: list[tuple[int, float]]) -> str:
@@ -105,6 +123,10 @@ class TrainResult:
     interrupted: bool
     checkpoint: Path | None
     stop_signal: int | None = None  # SIGINT or SIGTERM when a signal stopped the run
+    # fp16-mixed: every change of the loss scale, (step, old, new, skipped), and the count
+    # of steps skipped because their gradients overflowed
+    loss_scale_events: list[tuple[int, float, float, bool]] = field(default_factory=list)
+    skipped_steps: int = 0
 
     @property
     def final_train_loss(self) -> float:
@@ -134,9 +156,11 @@ class Objective(Protocol):
 class CrossEntropyHead:
     """Default head: autograd cross-entropy, backward from the scalar loss."""
 
-    def loss_and_backward(self, logits: Variable, targets: Tensor) -> Tensor:
+    def loss_and_backward(
+        self, logits: Variable, targets: Tensor, scale: float | None = None
+    ) -> Tensor:
         loss = cross_entropy(logits, targets)
-        loss.backward()
+        loss.backward(None if scale is None else _scaled_ones(loss.value, scale))
         return loss.value
 
 
@@ -146,10 +170,18 @@ class SeededHead:
     def __init__(self, objective: Objective) -> None:
         self.objective = objective
 
-    def loss_and_backward(self, logits: Variable, targets: Tensor) -> Tensor:
+    def loss_and_backward(
+        self, logits: Variable, targets: Tensor, scale: float | None = None
+    ) -> Tensor:
         loss, dlogits = self.objective.loss_and_grad(logits.value, targets)
-        logits.backward(seed=dlogits)
+        logits.backward(seed=dlogits if scale is None else ops.mul_scalar(dlogits, scale))
         return loss
+
+
+def _scaled_ones(like: Tensor, scale: float) -> Tensor:
+    """The backward seed ``scale`` (a loss scale): a product on the device, so a captured
+    step refills the scale it gets as an argument (a fill would freeze the recorded one)."""
+    return ops.mul_scalar(ops.full_like(like, 1.0), scale)
 
 
 def label_smoothing_head(vocab: int, eps: float) -> Objective:
@@ -213,7 +245,13 @@ class Trainer:
         self._val: list[tuple[Tensor, Tensor]] | None = None
         self._stop = False
         self._stop_signal: int | None = None
-        self._captured: Callable[[Tensor, Tensor, float], Tensor] | None = None
+        self.precision = precision(self.cfg.precision)
+        check_device(self.precision, self.device, self.model.params_dtype)
+        self.scaler = LossScaler(self.cfg.loss_scale_interval) if self.precision.scaled else None
+        self._log: list[str] = []  # lines for the run's log (loss scale changes)
+        # The recorded step (fp16-mixed: its forward and backward, the update apart)
+        self._captured: Callable[..., Any] | None = None
+        self._captured_update: Callable[..., Any] | None = None
 
     @property
     def device(self) -> Device:
@@ -231,10 +269,16 @@ class Trainer:
             opt.lr = lr  # what a checkpoint saves; a replayed step takes lr as its argument
         if self._captured is None:
             on = self._own_head if self.capture is None else self.capture
-            self._captured = capture(self._step, warn=False) if on else self._step
-        loss = self._captured(self._upload(x), self._upload(y.reshape(-1)), lr)
+            first = self._step if self.scaler is None else self._scaled_grads
+            self._captured = capture(first, warn=False) if on else first
+            if self.scaler is not None:
+                self._captured_update = capture(self._update, warn=False) if on else self._update
+        xs, ys = self._upload(x), self._upload(y.reshape(-1))
+        if self.scaler is None:
+            value = float(self._captured(xs, ys, lr).item())
+        else:
+            value = self._scaled_step(xs, ys, lr)
         self.step += 1
-        value = float(loss.item())
         self.train_losses.append((self.step, value))
         if not math.isfinite(value):
             raise self._diverged(f"the training loss is {value} at step {self.step} (lr {lr:.3g})")
@@ -242,15 +286,62 @@ class Trainer:
 
     def _step(self, x: Tensor, y: Tensor, lr: float) -> Tensor:
         """Forward, backward and update: what ``riftco.capture`` records and replays."""
-        logits = self.model(x)  # (B*T, V)
-        loss = self.head.loss_and_backward(logits, y)
+        with compute_copies(self.model, self.precision.compute):
+            logits = self.model(x)  # (B*T, V)
+            loss = self.head.loss_and_backward(logits, y)
         # Clipping inside the update: the norm stays on the device and both optimizers
         # scale by it as they step (the bits clip_grad_norm + step gave, minus its passes).
         norm = grad_norm(self.params) if self.cfg.grad_clip > 0 else None
+        self._update(norm, lr)
+        return loss
+
+    def _update(self, norm: Tensor | None, lr: float, *masters: Variable) -> None:
+        """Both AdamW steps. Recorded alone (fp16-mixed), the call publishes no gradient, so
+        the parameters it writes in place come in as ``masters`` (a recording reads its
+        arguments afresh on every replay); the optimizers reach them as before."""
         for opt in self.optimizers:
             opt.lr = lr
             opt.step(grad_norm=norm, max_norm=self.cfg.grad_clip)
+
+    # -- fp16-mixed: a scaled backward, one download, then the update or a skip ----------------
+    def _scaled_step(self, x: Tensor, y: Tensor, lr: float) -> float:
+        """The loss and the gradients' norm come down together in one read (the loss
+        download every step makes anyway); a non-finite norm means some gradient overflowed
+        (or is NaN), and the update is then not run at all: parameters, moments and AdamW's
+        step counts stay as they were. The decision needs that read, so the update is a
+        second recorded call after it rather than part of the first."""
+        scaler = self.scaler
+        assert scaler is not None and self._captured is not None
+        assert self._captured_update is not None
+        packed, norm = self._captured(x, y, scaler.scale, 1.0 / scaler.scale)
+        loss, norm_value = (float(v) for v in packed.numpy())
+        finite = math.isfinite(norm_value)
+        if finite and math.isfinite(loss):
+            self._captured_update(norm if self.cfg.grad_clip > 0 else None, lr, *self.params)
+        line = scaler.update(self.step + 1, finite)
+        if line is not None:
+            self._log.append(line)
+        if scaler.scale < MIN_SCALE:
+            raise self._diverged(
+                f"the float16 gradients kept overflowing until the loss scale fell to "
+                f"{scaler.scale:g} at step {self.step + 1}; try --precision bf16-mixed"
+            )
         return loss
+
+    def _scaled_grads(
+        self, x: Tensor, y: Tensor, scale: float, inv_scale: float
+    ) -> tuple[Tensor, Tensor]:
+        """Forward and backward with the seed ``scale``; the float32 master gradients
+        divided by it again; ``([loss, norm], norm)`` with ``norm`` their global L2 norm,
+        finite exactly when every gradient is (a float32 sum of squares of gradients cast
+        from float16, at most 65504^2 each, cannot overflow before ~10^28 elements)."""
+        with compute_copies(self.model, self.precision.compute):
+            logits = self.model(x)  # (B*T, V)
+            loss = self.head.loss_and_backward(logits, y, scale)
+        unscale(self.params, inv_scale)
+        norm = grad_norm(self.params)
+        pair = [ops.cast(loss, norm.dtype).reshape((1,)), norm.reshape((1,))]  # cast: a no-op
+        return ops.concatenate_last_axis(pair), norm
 
     def _diverged(self, what: str) -> DivergenceError:
         if self.last_checkpoint is not None:
@@ -274,7 +365,7 @@ class Trainer:
                 for _ in range(max(self.cfg.eval_iters, 1))
             ]
             self._val = [(self._upload(x), self._upload(y.reshape(-1))) for x, y in batches]
-        with no_grad():
+        with no_grad(), compute_copies(self.model, self.precision.compute):
             losses = [cross_entropy(self.model(x), y).value.item() for x, y in self._val]
         value = float(np.mean(losses))
         self.val_losses.append((self.step, value))
@@ -311,6 +402,8 @@ class Trainer:
             "train_losses": self.train_losses,
             "val_losses": self.val_losses,
         }
+        if self.scaler is not None:
+            meta["loss_scale"] = self.scaler.state_dict()
         self.last_checkpoint = save_checkpoint(self.out, weights, optim, meta)
         return self.last_checkpoint
 
@@ -358,6 +451,14 @@ class Trainer:
                 f"[checkpoint] {ckpt.path}: the batch generator state or loss history is "
                 f"malformed: {exc!r}"
             ) from None
+        if trainer.scaler is not None:
+            state = restore.field_of(ckpt, "loss_scale")
+            try:
+                trainer.scaler.load_state_dict(state)
+            except (TypeError, ValueError, KeyError, AttributeError) as exc:
+                raise CheckpointError(
+                    f"[checkpoint] {ckpt.path}: the loss scale state is malformed: {exc}"
+                ) from None
         trainer.step = ckpt.step
         trainer.last_checkpoint = ckpt.path
         return trainer
@@ -416,6 +517,10 @@ class Trainer:
                 loss = self.train_step()
                 step_time += time.perf_counter() - t0
                 steps_done += 1
+                for line in self._log:
+                    if log is not None:
+                        log(line)
+                self._log.clear()
                 last = self.step == self.cfg.steps
                 if self.step % self.cfg.eval_every == 0 or last:
                     val_loss = self.evaluate()
@@ -447,4 +552,6 @@ class Trainer:
             interrupted=interrupted,
             checkpoint=saved,
             stop_signal=self._stop_signal if interrupted else None,
+            loss_scale_events=list(self.scaler.events) if self.scaler else [],
+            skipped_steps=self.scaler.skipped if self.scaler else 0,
         )
