@@ -172,8 +172,8 @@ class LossScaler:
             self.skipped += 1
             self.events.append((step, old, self.scale, True))
             return (
-                f"step {step}: loss scale {old:g} -> {self.scale:g}, skipped: the float16 "
-                "gradients overflowed (inf/NaN); no optimizer update this step"
+                f"step {step}: loss scale {old:g} -> {self.scale:g}, skipped: the scaled "
+                "gradients overflowed (inf or NaN); no optimizer update this step"
             )
         self.good_steps += 1
         if self.good_steps < self.interval:
