@@ -269,7 +269,7 @@ class Trainer:
             opt.lr = lr  # what a checkpoint saves; a replayed step takes lr as its argument
         if self._captured is None:
             on = self._own_head if self.capture is None else self.capture
-            first = self._step if self.scaler is None else self._scaled_grads
+            first: Callable[..., Any] = self._step if self.scaler is None else self._scaled_grads
             self._captured = capture(first, warn=False) if on else first
             if self.scaler is not None:
                 self._captured_update = capture(self._update, warn=False) if on else self._update
