@@ -106,10 +106,10 @@ def cross_entropy(logits: Variable, targets: Tensor) -> Variable:
         )
     logits = as_variable(logits, "cross_entropy")
     rows = apply(_cross_entropy.CROSS_ENTROPY, logits, targets)
-    lv = logits._value
-    ignored = ops.full_like(lv, -1.0, (1,)).broadcast_to((lv.shape[0],))
-    kept = ops.compare(ops.cast(targets, lv.dtype), ignored, "ne")
-    count = ops.maximum(ops.sum(kept), ops.full_like(lv, 1.0, ()))  # all ignored: 0, not nan
+    rv = rows._value  # the logits' dtype, float32 for half logits (their loss rows)
+    ignored = ops.full_like(rv, -1.0, (1,)).broadcast_to((rv.shape[0],))
+    kept = ops.compare(ops.cast(targets, rv.dtype), ignored, "ne")
+    count = ops.maximum(ops.sum(kept), ops.full_like(rv, 1.0, ()))  # all ignored: 0, not nan
     return div(sum(rows), count)
 
 

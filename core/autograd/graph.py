@@ -33,6 +33,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from .. import ops
+from ..dtypes import is_float
 from ..errors import DeviceMismatchError, DTypeError, GradientError, ShapeError, StaleGraphError
 from ..ops.capture_hooks import bump_generation, published
 from ..tensor import Tensor
@@ -104,7 +105,7 @@ class Variable:
             raise DTypeError(
                 f"[Variable] value must be a riftco Tensor; got {type(value).__name__}"
             )
-        if requires_grad and value.dtype.kind != "f":
+        if requires_grad and not is_float(value.dtype):  # bfloat16's numpy kind is "V"
             raise DTypeError(f"[Variable] only float tensors can require grad; got {value.dtype}")
         self._value = value
         self.grad: Tensor | None = None
