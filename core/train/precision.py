@@ -27,8 +27,7 @@ from typing import Any
 import numpy as np
 
 from .. import dtypes, ops
-from ..autograd import Variable
-from ..autograd.graph import make
+from ..autograd import Variable, cast
 from ..device import Device
 from ..errors import DomainError, DTypeError
 from ..nn.module import Module
@@ -57,7 +56,7 @@ def precision(name: str) -> Precision:
     if name == "fp32":
         return Precision(name, None, False)
     if name == "bf16-mixed":
-        bf16 = getattr(dtypes, "bfloat16", None)
+        bf16 = dtypes.bfloat16
         if bf16 is None:
             raise DTypeError(
                 "[train] precision bf16-mixed needs the bfloat16 dtype, which comes from the "
@@ -66,10 +65,7 @@ def precision(name: str) -> Precision:
             )
         return Precision(name, np.dtype(bf16), False)
     if name == "fp16-mixed":
-        f16 = getattr(dtypes, "float16", None)  # SHIM until main's half dtypes are merged
-        if f16 is None:
-            raise DTypeError("[train] precision fp16-mixed: this riftco has no float16 dtype")
-        return Precision(name, np.dtype(f16), True)
+        return Precision(name, dtypes.float16, True)
     raise DomainError(f"[train] precision must be one of {', '.join(PRECISIONS)}; got {name!r}")
 
 
@@ -94,15 +90,6 @@ def check_device(prec: Precision, device: Device, params_dtype: np.dtype) -> Non
 
 
 # -- compute copies --------------------------------------------------------------------------------
-def cast(x: Variable, dtype: np.dtype) -> Variable:
-    """``x`` in ``dtype`` as a graph node whose VJP casts the gradient back to ``x``'s dtype
-    (what a float32 master needs from its half copy's gradient)."""
-    src = x.dtype
-    if np.dtype(dtype) == src:
-        return x
-    return make(ops.cast(x.value, dtype), "cast", (x,), lambda g: (ops.cast(g, src),))
-
-
 def _bindings(module: Module) -> list[tuple[Module, str, Variable]]:
     """Every (module, attribute, parameter) of the tree, in ``named_parameters`` order."""
     out = [
