@@ -33,6 +33,7 @@ from .. import creation, ops
 from ..autograd import Variable, cross_entropy, no_grad
 from ..device import Device
 from ..device import device as as_device
+from ..dtypes import compute_dtype
 from ..errors import DomainError, RiftcoError
 from ..nn import GPT
 from ..optim import AdamW, grad_norm
@@ -173,8 +174,12 @@ class SeededHead:
     def loss_and_backward(
         self, logits: Variable, targets: Tensor, scale: float | None = None
     ) -> Tensor:
-        loss, dlogits = self.objective.loss_and_grad(logits.value, targets)
-        logits.backward(seed=dlogits if scale is None else ops.mul_scalar(dlogits, scale))
+        z = logits.value
+        # Half logits reach the objective in float32 (exact), as cross_entropy computes its
+        # loss rows; the seed is scaled there and rounded once to the logits' dtype.
+        loss, dz = self.objective.loss_and_grad(ops.cast(z, compute_dtype(z.dtype)), targets)
+        seed = dz if scale is None else ops.mul_scalar(dz, scale)
+        logits.backward(seed=ops.cast(seed, z.dtype))
         return loss
 
 

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 import riftco
 from riftco.nn import GPT
+from riftco.train.loop import label_smoothing_head
 from riftco.train.precision import compute_copies
 from train_helpers import tiny_device_trainer
 
@@ -31,9 +32,9 @@ BF16 = pytest.mark.skipif(
 PRECISIONS = [pytest.param("bf16-mixed", marks=BF16), "fp16-mixed"]
 
 
-def _first_step(prec: str, recompute: str = "none"):
+def _first_step(prec: str, recompute: str = "none", **train):
     """The trainer after one step (its first batch) with the masters of before it."""
-    trainer = tiny_device_trainer("cpu", "materialized", precision=prec)
+    trainer = tiny_device_trainer("cpu", "materialized", precision=prec, **train)
     trainer.model.config.recompute = recompute
     masters = trainer.model.state_dict()
     rng = np.random.default_rng(trainer.cfg.seed)  # the trainer's batch generator, replayed
@@ -44,18 +45,32 @@ def _first_step(prec: str, recompute: str = "none"):
     return trainer, masters, x, y
 
 
-def _float64_grads(trainer, masters, x, y) -> dict[str, np.ndarray]:
+def _float64_grads(trainer, masters, x, y, eps: float = 0.0) -> dict[str, np.ndarray]:
+    """The same weights and batch in float64 throughout (``eps`` > 0: the label-smoothing
+    objective's float64 loss and gradient seed the network instead of cross_entropy)."""
     model = GPT(trainer.model.config, device="cpu", dtype=np.float64)
     model.load_state_dict({k: v.astype(np.float64) for k, v in masters.items()})
-    model.loss(riftco.tensor(x, device="cpu"), riftco.tensor(y, device="cpu")).backward()
+    ids, targets = riftco.tensor(x, device="cpu"), riftco.tensor(y, device="cpu")
+    if eps == 0.0:
+        model.loss(ids, targets).backward()
+    else:
+        logits = model(ids)
+        objective = label_smoothing_head(model.config.vocab, eps)
+        logits.backward(seed=objective.loss_and_grad(logits.value, targets.reshape(-1))[1])
     return {name: p.grad.numpy() for name, p in model.named_parameters()}
 
 
-@pytest.mark.parametrize("recompute", ["none", "block"])
+@pytest.mark.parametrize(
+    "recompute, eps",
+    [("none", 0.0), ("block", 0.0), ("none", 0.1)],
+    ids=["ce", "recompute", "smoothed"],
+)
 @pytest.mark.parametrize("prec", PRECISIONS)
-def test_master_gradients_match_float64(prec, recompute):
-    trainer, masters, x, y = _first_step(prec, recompute)
-    want = _float64_grads(trainer, masters, x, y)
+def test_master_gradients_match_float64(prec, recompute, eps):
+    """``smoothed``: the label-smoothing objective (a compiled riftco.symbolic head) gets
+    the half logits in float32 and its gradient seeds the half network."""
+    trainer, masters, x, y = _first_step(prec, recompute, label_smoothing=eps)
+    want = _float64_grads(trainer, masters, x, y, eps)
     tol = K * UNIT_ROUNDOFF[prec]
     worst = []
     for name, p in trainer.model.named_parameters():
