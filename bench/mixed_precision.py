@@ -84,7 +84,11 @@ def make_trainers(backend: str, steps: int, precs: list[str]) -> dict[str, Train
     return out
 
 
-def run_backend(backend: str, steps: int, precs: list[str]) -> list[dict[str, Any]]:
+def run_backend(
+    backend: str, steps: int, precs: list[str], report: Any = None, every: int = 0
+) -> list[dict[str, Any]]:
+    """The rows of one backend; ``report(rows)`` also gets the rows every ``every`` steps
+    (a long run on a busy machine leaves numbers behind even when it is stopped)."""
     trainers = make_trainers(backend, steps, precs)
     dev = riftco.device(backend).backend
     times: dict[str, list[float]] = {p: [] for p in precs}
@@ -113,6 +117,19 @@ def run_backend(backend: str, steps: int, precs: list[str]) -> list[dict[str, An
             t._log.clear()
         if (i + 1) % 100 == 0:
             print(f"  {backend}: step {i + 1}/{steps}", flush=True)
+        if report is not None and every and (i + 1) % every == 0 and i + 1 < steps:
+            report(summarize(backend, trainers, precs, times, acts, failed))
+    return summarize(backend, trainers, precs, times, acts, failed)
+
+
+def summarize(
+    backend: str,
+    trainers: dict[str, Trainer],
+    precs: list[str],
+    times: dict[str, list[float]],
+    acts: dict[str, list[int]],
+    failed: dict[str, str],
+) -> list[dict[str, Any]]:
     rows = []
     for prec in precs:
         t = trainers[prec]
@@ -121,11 +138,13 @@ def run_backend(backend: str, steps: int, precs: list[str]) -> list[dict[str, An
             row["diverged"] = failed[prec]
             rows.append(row)
             continue
+        history = len(t.val_losses)
         row["val_loss"] = t.evaluate()
         if t.precision.compute is not None:  # the float32 masters, evaluated in fp32
             own, t.precision = t.precision, precision("fp32")
             row["val_loss_masters_fp32"] = t.evaluate()
             t.precision = own
+        del t.val_losses[history:]  # not part of the run's own history
         settled_t, settled_a = times[prec][SETTLE:] or times[prec], acts[prec][SETTLE:]
         row["ms_per_step"] = 1000 * statistics.median(settled_t)
         row["act_MB"] = statistics.median(settled_a or acts[prec]) / MB
@@ -151,17 +170,26 @@ def main() -> None:
     ap.add_argument("--backends", default=None, help="comma-separated (default: see docstring)")
     ap.add_argument("--precisions", default=",".join(PRECISIONS))
     ap.add_argument("--quick", action="store_true", help="30 steps: a smoke run")
+    ap.add_argument("--report-every", type=int, default=250, help="interim tables (0: none)")
     args = ap.parse_args()
     steps = 30 if args.quick else args.steps
     backends, why = pick_backends(args.backends)
     precs = args.precisions.split(",")
     print(f"mixed precision, {steps} steps of `make train`'s model on {', '.join(backends)} "
           f"({why}); CPU: {cpu_model()}", flush=True)  # fmt: skip
-    rows = []
+    name = "mixed_precision_quick" if args.quick else "mixed_precision"
+    rows: list[dict[str, Any]] = []
     for b in backends:
-        rows += run_backend(b, steps, precs)
-    cols = ["backend", "precision", "val_loss", "val_loss_masters_fp32", "dval_vs_fp32", "act_MB",
-            "act_vs_fp32", "ms_per_step", "ms_vs_fp32", "skipped", "final_scale"]  # fmt: skip
+        done = list(rows)
+        rows += run_backend(b, steps, precs, lambda part, done=done: show(done + part, name, why,
+                            steps), args.report_every)  # fmt: skip
+    show(rows, name, why, steps)
+
+
+def show(rows: list[dict[str, Any]], name: str, why: str, steps: int) -> None:
+    cols = ["backend", "precision", "steps", "val_loss", "val_loss_masters_fp32",
+            "dval_vs_fp32", "act_MB", "act_vs_fp32", "ms_per_step", "ms_vs_fp32", "skipped",
+            "final_scale"]  # fmt: skip
     print(table(rows, cols))
     for r in rows:
         if r.get("scale_events") is not None:
@@ -171,7 +199,6 @@ def main() -> None:
             print(f"{r['backend']} fp16 loss scale: {trail or 'unchanged'}")
         if "diverged" in r:
             print(f"{r['backend']} {r['precision']} diverged: {r['diverged']}")
-    name = "mixed_precision_quick" if args.quick else "mixed_precision"
     path = write_json(name, {"steps": steps, "backends_note": why, "rows": rows,
                              "machine": machine()})  # fmt: skip
     print(f"wrote {path}")
