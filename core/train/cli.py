@@ -143,12 +143,9 @@ def build_train_parser() -> argparse.ArgumentParser:
         "skips steps whose gradients overflow, saying so in the log)",
     )
     p.add_argument(
-        "--loss-scale-interval",
-        type=POSITIVE_INT.arg(),
-        default=200,
-        metavar="STEPS",
+        "--loss-scale-interval", type=POSITIVE_INT.arg(), default=200, metavar="STEPS",
         help="fp16-mixed: steps without overflow before the loss scale doubles",
-    )
+    )  # fmt: skip
     p.add_argument(
         "--eval-every", type=POSITIVE_INT.arg(), default=100, help="steps between validations"
     )

@@ -11,24 +11,21 @@ import riftco
 from riftco.errors import DTypeError
 from riftco.train.checkpoint import load_checkpoint
 from riftco.train.cli import train_main
-from riftco.train.data import load_text
 from riftco.train.precision import check_device, precision
-
-SMALL = ["--context", "8", "--layers", "1", "--heads", "1", "--width", "16", "--batch-size", "4"]
+from train_helpers import head_corpus
 
 
 @pytest.fixture(scope="module")
 def text_file(tmp_path_factory):
-    path = tmp_path_factory.mktemp("data") / "head.txt"
-    path.write_text(load_text(None)[0][:20_000], encoding="utf-8")
-    return path
+    return head_corpus(tmp_path_factory).path
 
 
 def _argv(out, data, *extra):
-    return [
-        "--backend", "cpu", "--data", str(data), "--steps", "4", *SMALL, "--eval-every", "2",
-        "--eval-iters", "1", "--out", str(out), "--sample-tokens", "0", "--no-progress", *extra,
-    ]  # fmt: skip
+    model = ["--context", "8", "--layers", "1", "--heads", "2", "--width", "16"]
+    run = ["--steps", "4", "--batch-size", "4", "--eval-every", "2", "--eval-iters", "1"]
+    quiet = ["--sample-tokens", "0", "--no-progress"]
+    return ["--backend", "cpu", "--data", str(data), "--out", str(out), *model, *run, *quiet,
+            *extra]  # fmt: skip
 
 
 def test_fp16_run_says_how_it_computes_and_what_the_scale_did(tmp_path, text_file, capsys):
