@@ -329,7 +329,9 @@ class Trainer:
         if scaler.scale < MIN_SCALE:
             raise self._diverged(
                 f"the float16 gradients kept overflowing until the loss scale fell to "
-                f"{scaler.scale:g} at step {self.step + 1}; try --precision bf16-mixed"
+                f"{scaler.scale:g} at step {self.step + 1}",
+                "the weights are those of the last step that was not skipped",
+                "--precision bf16-mixed or fp32 (or a lower lr)",
             )
         return loss
 
@@ -348,7 +350,12 @@ class Trainer:
         pair = [ops.cast(loss, norm.dtype).reshape((1,)), norm.reshape((1,))]  # cast: a no-op
         return ops.concatenate_last_axis(pair), norm
 
-    def _diverged(self, what: str) -> DivergenceError:
+    def _diverged(
+        self,
+        what: str,
+        state: str = "the weights in memory are unusable",
+        advice: str = "a lower lr (or more warm-up, or grad clipping)",
+    ) -> DivergenceError:
         if self.last_checkpoint is not None:
             kept = f"the last good checkpoint is intact: {self.last_checkpoint}"
         elif self.out is not None:
@@ -356,8 +363,7 @@ class Trainer:
         else:
             kept = "nothing was saved (no output directory)"
         return DivergenceError(
-            f"[train] {what}; training stopped and the weights in memory are unusable; "
-            f"{kept}. Start again with a lower lr (or more warm-up, or grad clipping)"
+            f"[train] {what}; training stopped and {state}; {kept}. Start again with {advice}"
         )
 
     def evaluate(self) -> float:

@@ -8,6 +8,10 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
+from riftco import ops
+from riftco.autograd import cross_entropy
+from riftco.train.loop import DivergenceError
 from train_helpers import tiny_device_trainer
 
 
@@ -83,3 +87,27 @@ def test_gradients_reach_the_masters_unscaled():
     assert small.dtype == np.float32
     err = np.linalg.norm(small - big) / np.linalg.norm(big)
     assert err < 2.0**-6, err  # more gradients underflow at 2^10; never a factor 64
+
+
+class _OverflowingHead:
+    """A custom head (it takes ``scale=``) whose backward seed is inf: every step overflows."""
+
+    def loss_and_backward(self, logits, targets, scale=None):
+        loss = cross_entropy(logits, targets)
+        loss.backward(ops.full_like(loss.value, math.inf))
+        return loss.value
+
+
+def test_a_scale_that_keeps_falling_stops_the_run_as_diverged():
+    trainer = _fp16(10)
+    trainer.head = _OverflowingHead()
+    trainer.scaler.scale = 2.0**-23  # one halving from the floor
+    with pytest.raises(DivergenceError) as info:
+        trainer.run(progress=False)
+    assert str(info.value) == (
+        "[train] the float16 gradients kept overflowing until the loss scale fell to "
+        "2.98023e-08 at step 2; training stopped and the weights are those of the last step "
+        "that was not skipped; nothing was saved (no output directory). Start again with "
+        "--precision bf16-mixed or fp32 (or a lower lr)"
+    )
+    assert trainer.step == 1 and trainer.scaler.skipped == 2  # the second step did not finish
