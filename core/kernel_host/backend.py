@@ -31,6 +31,7 @@ from ..ieee import quiet
 from ..tensor import Tensor
 from .allocator import CachingAllocator
 from .fused import FusedPlans
+from .half_storage import half_bits, is_half, param_dtype
 from .layout import collapse
 from .primitives import PrimitivePlans
 from .runtime import Program, Runtime
@@ -169,7 +170,9 @@ class KernelBackend(FusedPlans, PrimitivePlans, BackendBase):
             if ints:
                 buffers.append(self._constant(np.int32, tuple(ints), not per_call))
             if floats:
-                buffers.append(self._constant(np.dtype(dtype), tuple(floats), not per_call))
+                # in the compute dtype: float32 for a half program (half_storage.py)
+                ptype = param_dtype(np.dtype(dtype))
+                buffers.append(self._constant(ptype, tuple(floats), not per_call))
             self.runtime.launch(k, int(threads), buffers)
             self._stats.launches += 1
 
@@ -280,6 +283,10 @@ class KernelBackend(FusedPlans, PrimitivePlans, BackendBase):
 
     def fill(self, x: Tensor, value: float) -> None:
         n = x.size
+        if is_half(x.dtype):  # rounded once here; the kernel writes the bits
+            bits = half_bits(value, x.dtype)
+            self.launch("copy", "fill_bits", x.dtype, n, x, ints=[n, bits])
+            return
         self.launch("copy", "fill_value", x.dtype, n, x, ints=[n], floats=[value])
 
     def same_allocation(self, a: Any, b: Any) -> bool:

@@ -24,14 +24,17 @@ from importlib import resources
 import numpy as np
 
 from ..errors import KernelCompileError
+from .half_storage import HALF_NAMES, STORAGE_C_TYPE
 from .shader_defines import shader_defines
 
-#: C type of each riftco dtype inside kernels (OpenCL C and MSL spell these alike).
+#: C type of each riftco dtype inside kernels (OpenCL C, MSL and CUDA spell these alike;
+#: the halves are held as their bits, half.h converts them).
 C_TYPES: dict[np.dtype, str] = {
     np.dtype(np.float32): "float",
     np.dtype(np.float64): "double",
     np.dtype(np.int32): "int",
     np.dtype(np.int64): "long",
+    **dict.fromkeys(HALF_NAMES, STORAGE_C_TYPE),
 }
 
 _INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]+"([^"]+)"[ \t]*(?://.*|/\*.*\*/[ \t]*)?$', re.M)
