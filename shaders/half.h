@@ -160,4 +160,23 @@ INLINE ushort riftco_f16_from_double(double v) { return riftco_narrow_f64_bits(R
 #endif
 #endif
 
+/* ---- a program's storage type TS and its loads and stores ------------------------------
+ * A family written for it (elementwise.cl) declares tensors TS and computes in T. The
+ * host defines RIFTCO_STORAGE_F16 / RIFTCO_STORAGE_BF16 (with T = float) for such a
+ * family's half programs: LOAD widens exactly, STORE rounds once. Otherwise TS is T and
+ * both are a plain access. */
+#if defined(RIFTCO_STORAGE_F16)
+#define TS ushort
+#define LOAD(p, i) riftco_f16_to_float((p)[i])
+#define STORE(p, i, v) ((p)[i] = riftco_f16_from_float(v))
+#elif defined(RIFTCO_STORAGE_BF16)
+#define TS ushort
+#define LOAD(p, i) riftco_bf16_to_float((p)[i])
+#define STORE(p, i, v) ((p)[i] = riftco_bf16_from_float(v))
+#else
+#define TS T
+#define LOAD(p, i) ((p)[i])
+#define STORE(p, i, v) ((p)[i] = (v))
+#endif
+
 #endif /* RIFTCO_HALF_H */

@@ -25,6 +25,10 @@ FLOAT16 = np.dtype(np.float16)
 HALF_NAMES: dict[np.dtype, str] = {FLOAT16: "f16", **({BFLOAT16: "bf16"} if BFLOAT16 else {})}
 #: The C type of a half in kernels: its bits.
 STORAGE_C_TYPE = "ushort"
+#: Families whose kernels declare tensors ``TS`` and compute in ``T`` (half.h): their half
+#: programs get ``T = float`` and ``RIFTCO_STORAGE_F16`` / ``_BF16``. Every other family's
+#: half programs hold a half as its bits (``T = ushort``) and only move it.
+HALF_COMPUTE_FAMILIES = frozenset({"elementwise"})
 _WIDE = {np.dtype(np.float32): "float", np.dtype(np.float64): "double"}
 
 

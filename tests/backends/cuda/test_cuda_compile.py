@@ -57,10 +57,11 @@ _VARIANTS += [
     ]
 ]
 _VARIANTS = [v for v in _VARIANTS if not (v[0] == "cast" and v[3] is None)]
-#: float16 / bfloat16 (shaders/half.h, bit level on CUDA): copies and fill, and every
-#: cast to or from a half (the dtypes themselves: bfloat16 has no name numpy knows alone).
+#: float16 / bfloat16 (shaders/half.h, bit level on CUDA): copies and fill, elementwise in
+#: half storage, and every cast to or from a half (the dtypes themselves: bfloat16 has no
+#: name numpy knows alone).
 _FLOATS = [*HALF_NAMES, np.dtype(np.float32), np.dtype(np.float64)]
-_VARIANTS += [("copy", h, "int32", None) for h in HALF_NAMES]
+_VARIANTS += [(f, h, "int32", None) for f in ("copy", "elementwise") for h in HALF_NAMES]
 _VARIANTS += [
     ("cast", dst, "int32", {"SRC": c_type(src), **cast_defines(src, dst)})
     for src in _FLOATS

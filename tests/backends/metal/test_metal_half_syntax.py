@@ -1,12 +1,13 @@
-"""The Metal expansion of the float16 / bfloat16 programs passes the MSL syntax checks.
+"""The Metal expansion of the float16 / bfloat16 programs passes the MSL syntax check.
 
-Every half program the kernel host builds (copies and fill, each cast to or from a half;
-Metal has no float64) is checked with g++ against shaders/stubs/metal_stdlib, with MSL's
-``half`` conversions (the Metal branch of half.h) and with the bit-level ones
-(``RIFTCO_HALF_BITS``), at MSL 2.3, the version the objc runtime asks for. Apple's
-``bfloat`` needs MSL 3.1, so bfloat16 is bit level on Metal; a kernel naming ``bfloat``
-must fail here (the stub, like MSL 2.3, declares none). The strict address-space check
-(test_metal_msl_strict.py) sees these programs through the backend's own workload.
+Every half program the kernel host builds (copies and fill, elementwise in half storage,
+each cast to or from a half; Metal has no float64) is checked with g++ against
+shaders/stubs/metal_stdlib, with MSL's ``half`` conversions (the Metal branch of half.h)
+and with the bit-level ones (``RIFTCO_HALF_BITS``), at MSL 2.3, the version the objc
+runtime asks for. Apple's ``bfloat`` needs MSL 3.1, so bfloat16 is bit level on Metal; a
+kernel naming ``bfloat`` must fail here (the stub, like MSL 2.3, declares none). The
+strict address-space check (test_metal_msl_strict.py) sees these programs through the
+backend's own workload.
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ pytestmark = pytest.mark.skipif(
     GXX is None, reason="g++ is not installed: the MSL syntax check needs it"
 )
 _FLOATS = [*HALF_NAMES, np.dtype(np.float32)]
-#: (family, dtype, defines) of every half program a Metal backend builds.
-PROGRAMS = [("copy", h, {}) for h in HALF_NAMES] + [
+#: (family, dtype, defines) of every half program a Metal backend builds: copies and
+#: fill, elementwise (half storage, float compute) and each cast.
+PROGRAMS = [(f, h, {}) for f in ("copy", "elementwise") for h in HALF_NAMES] + [
     ("cast", dst, {"SRC": c_type(src), **cast_defines(src, dst)})
     for src in _FLOATS
     for dst in _FLOATS
