@@ -32,30 +32,30 @@
 /* ---- bit level: every dialect ----------------------------------------------------------- */
 
 /* float32 bits -> a 16-bit float with `mbits` mantissa bits and exponent bias `bias`
- * (float16: 10, 15; bfloat16: 7, 127), rounded once to nearest even. */
+ * (float16: 10, 15; bfloat16: 7, 127), rounded once to nearest even. Branch-free (every
+ * case computed, one selected), so a CPU compiler vectorises it and a GPU warp does not
+ * diverge. */
 INLINE ushort riftco_narrow_f32_bits(uint u, int mbits, int bias) {
     const uint sign = (u >> 16) & 0x8000u;
     const uint a = u & 0x7fffffffu;
     const uint inf = (uint)(2 * bias + 1) << mbits;
-    const uint mmask = (1u << mbits) - 1u;
-    if (a > 0x7f800000u) {  /* NaN: quiet, sign and top payload bits kept */
-        return (ushort)(sign | inf | (1u << (mbits - 1)) | ((a >> (23 - mbits)) & mmask));
-    }
-    if (a == 0x7f800000u) return (ushort)(sign | inf);
     const int e = (int)(a >> 23);
-    const int e_eff = e > 0 ? e : 1;              /* float32 subnormals scale like e = 1 */
-    const int te = e_eff - 127 + bias;            /* the target's biased exponent */
+    const int te = (e > 0 ? e : 1) - 127 + bias;  /* the target's biased exponent */
     const uint m = (a & 0x7fffffu) | (e > 0 ? 0x800000u : 0u);
-    const int shift = 23 - mbits + (te >= 1 ? 0 : 1 - te);
-    if (shift > 24) return (ushort)sign;          /* below half the smallest subnormal */
+    /* right shift onto the target's last place: more for a subnormal result; 25 or more
+     * leaves nothing (m < 2^24), not even a rounding bit */
+    const int wanted = 23 - mbits + (te >= 1 ? 0 : 1 - te);
+    const int shift = wanted < 25 ? wanted : 25;
     uint q = m >> shift;
-    const uint rem = m & ((1u << shift) - 1u);
-    const uint halfway = 1u << (shift - 1);
-    q += (rem > halfway || (rem == halfway && (q & 1u))) ? 1u : 0u;
+    const uint round = (m >> (shift - 1)) & 1u;
+    const uint sticky = (m & ((1u << (shift - 1)) - 1u)) != 0u ? 1u : 0u;
+    q += round & (sticky | (q & 1u));
     /* a normal result is (te - 1) << mbits plus q with its leading bit: a carry out of the
      * mantissa moves into the exponent, as rounding up a power of two should */
-    uint r = te >= 1 ? ((uint)(te - 1) << mbits) + q : q;
-    return (ushort)(sign | (r >= inf ? inf : r));
+    const uint r = te >= 1 ? ((uint)(te - 1) << mbits) + q : q;
+    const uint finite = r >= inf ? inf : r;
+    const uint nan = inf | (1u << (mbits - 1)) | ((a >> (23 - mbits)) & ((1u << mbits) - 1u));
+    return (ushort)(sign | (a > 0x7f800000u ? nan : (a == 0x7f800000u ? inf : finite)));
 }
 
 /* A 16-bit float (`mbits`, `bias`) -> float32 bits, exactly (NaN quieted, payload kept). */
@@ -163,9 +163,15 @@ INLINE ushort riftco_f16_from_double(double v) { return riftco_narrow_f64_bits(R
 /* ---- a program's storage type TS and its loads and stores ------------------------------
  * A family written for it (elementwise.cl) declares tensors TS and computes in T. The
  * host defines RIFTCO_STORAGE_F16 / RIFTCO_STORAGE_BF16 (with T = float) for such a
- * family's half programs: LOAD widens exactly, STORE rounds once. Otherwise TS is T and
- * both are a plain access. */
-#if defined(RIFTCO_STORAGE_F16)
+ * family's half programs: LOAD widens exactly, STORE rounds once (on OpenCL, float16
+ * through vload_half / vstore_half_rte on the tensor itself). Otherwise TS is T and both
+ * are a plain access. On PoCL, vstore_half is the cost of a float16 store (about 7x a
+ * float32 store; bench/half_elementwise.py): no bit-level form measured faster there. */
+#if defined(RIFTCO_STORAGE_F16) && defined(__OPENCL_VERSION__) && !defined(RIFTCO_HALF_BITS)
+#define TS ushort
+#define LOAD(p, i) vload_half((i), (GLOBAL const half*)(p))
+#define STORE(p, i, v) vstore_half_rte((v), (i), (GLOBAL half*)(p))
+#elif defined(RIFTCO_STORAGE_F16)
 #define TS ushort
 #define LOAD(p, i) riftco_f16_to_float((p)[i])
 #define STORE(p, i, v) ((p)[i] = riftco_f16_from_float(v))

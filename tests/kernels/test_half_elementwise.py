@@ -166,7 +166,7 @@ def test_a_store_that_truncates_fails():
     """Must be able to fail: the float16 program with its STORE planted to truncate the
     float32 result (round toward zero) instead of rounding to nearest even."""
     be = _make("ieee")
-    store = "#define STORE(p, i, v) ((p)[i] = riftco_f16_from_float(v))"
+    store = "#define STORE(p, i, v) vstore_half_rte((v), (i), (GLOBAL half*)(p))"
     src = program_source("elementwise", F16)
     assert store in src
     trunc = "riftco_narrow_f32_bits(RIFTCO_F32_BITS(v) & 0xffffe000u, 10, 15)"
