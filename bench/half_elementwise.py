@@ -20,7 +20,7 @@ import argparse
 import json
 import os
 import statistics
-import time
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -29,17 +29,10 @@ import numpy as np  # noqa: E402
 import riftco  # noqa: E402
 from riftco.kernel_host.half_storage import HALF_NAMES  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from kernels import _timeit  # noqa: E402
+
 F32 = np.dtype(np.float32)
-
-
-def _timed(be: Any, fn: Any, reps: int) -> float:
-    fn()
-    be.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(reps):
-        fn()
-    be.synchronize()
-    return (time.perf_counter() - t0) / reps * 1e3
 
 
 def bench(backend: str, n: int, reps: int, blocks: int) -> list[dict[str, Any]]:
@@ -71,7 +64,7 @@ def bench(backend: str, n: int, reps: int, blocks: int) -> list[dict[str, Any]]:
             times: dict[str, list[float]] = {k: [] for k in variants}
             for _ in range(blocks):
                 for name, fn in variants.items():
-                    times[name].append(_timed(be, fn, reps))
+                    times[name].append(_timeit(be, fn, reps) * 1e3)
             row = {"backend": backend, "op": op, "dtype": dtype.name, "n": n}
             row |= {f"{k}_ms": round(statistics.median(v), 3) for k, v in times.items()}
             rows.append(row)

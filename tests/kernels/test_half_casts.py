@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from half_backends import half_backend
 from riftco.ieee import quiet
 from riftco.kernel_host.half_storage import BFLOAT16, cast_defines
 from riftco.kernel_host.sources import c_type
@@ -34,25 +35,12 @@ FORMATS = {F16: 10, **({BFLOAT16: 7} if BFLOAT16 is not None else {})}
 UINT = {2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 KINDS = ["ieee", "fast96", "bits-ieee", "bits-fast96", "metal"]
-_BACKENDS: dict[str, Any] = {}
 
 
 def _make(kind: str) -> Any:
-    if kind not in _BACKENDS:
-        from riftco.backends.opencl.backend import OpenCLBackend
-
-        if kind.endswith("ieee"):
-            be = OpenCLBackend(0, group_size=256, fast_math=False)
-        elif kind.endswith("fast96"):
-            be = OpenCLBackend(0, group_size=96, fast_math=True)
-        else:
-            from riftco.backends.metal import standin
-            from riftco.backends.metal.backend import MetalBackend
-
-            be = MetalBackend(0, mc_module=standin)
-        be.dtypes = be.dtypes | frozenset(HALVES)  # the halves, declared or not yet
-        _BACKENDS[kind] = be
-    return _BACKENDS[kind]
+    be = half_backend(kind)
+    be.dtypes = be.dtypes | frozenset(HALVES)  # the halves, declared or not yet
+    return be
 
 
 @pytest.fixture(params=KINDS)

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from half_backends import half_backend
 from riftco.ieee import quiet
 from riftco.kernel_host.half_storage import BFLOAT16
 from riftco.kernel_host.sources import program_source
@@ -28,7 +29,6 @@ pytestmark = pytest.mark.skipif(not _devices, reason=f"no usable OpenCL device: 
 F16, F32 = np.dtype(np.float16), np.dtype(np.float32)
 HALVES = [F16] + ([BFLOAT16] if BFLOAT16 is not None else [])
 KINDS = ["ieee", "fast96", "bits-fast96", "metal"]
-_BACKENDS: dict[str, Any] = {}
 
 UNARY = {"neg": np.negative, "abs": np.abs, "exp": np.exp, "log": np.log, "sqrt": np.sqrt,
          "rsqrt": lambda v: 1 / np.sqrt(v), "tanh": np.tanh}  # fmt: skip
@@ -41,21 +41,9 @@ EXACT = {"neg", "abs", "add", "sub", "mul", "maximum", "minimum", "add_scalar", 
 
 
 def _make(kind: str) -> Any:
-    if kind not in _BACKENDS:
-        from riftco.backends.opencl.backend import OpenCLBackend
-
-        if kind == "ieee":
-            be = OpenCLBackend(0, group_size=256, fast_math=False)
-        elif kind.endswith("fast96"):
-            be = OpenCLBackend(0, group_size=96, fast_math=True)
-        else:
-            from riftco.backends.metal import standin
-            from riftco.backends.metal.backend import MetalBackend
-
-            be = MetalBackend(0, mc_module=standin)
-        be.dtypes = be.dtypes | frozenset(HALVES)  # the halves, declared or not yet
-        _BACKENDS[kind] = be
-    return _BACKENDS[kind]
+    be = half_backend(kind)
+    be.dtypes = be.dtypes | frozenset(HALVES)  # the halves, declared or not yet
+    return be
 
 
 @pytest.fixture(params=KINDS)
