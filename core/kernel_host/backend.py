@@ -26,12 +26,13 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..backend import BackendBase
+from ..dtypes import compute_dtype
 from ..errors import DeviceLostError, DTypeError, OutOfMemoryError, ShapeError
 from ..ieee import quiet
 from ..tensor import Tensor
 from .allocator import CachingAllocator
 from .fused import FusedPlans
-from .half_storage import half_bits, is_half, param_dtype
+from .half_storage import half_bits, is_half
 from .layout import collapse
 from .primitives import PrimitivePlans
 from .runtime import Program, Runtime
@@ -171,7 +172,7 @@ class KernelBackend(FusedPlans, PrimitivePlans, BackendBase):
                 buffers.append(self._constant(np.int32, tuple(ints), not per_call))
             if floats:
                 # in the compute dtype: float32 for a half program (half_storage.py)
-                ptype = param_dtype(np.dtype(dtype))
+                ptype = compute_dtype(np.dtype(dtype))
                 buffers.append(self._constant(ptype, tuple(floats), not per_call))
             self.runtime.launch(k, int(threads), buffers)
             self._stats.launches += 1

@@ -10,19 +10,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..dtypes import LOW_PRECISION, bfloat16, float16
 from ..errors import DTypeError
 from ..ieee import quiet
 
-try:  # bfloat16 exists where ml_dtypes imports (the riftco[bfloat16] extra)
-    import ml_dtypes
-
-    BFLOAT16: np.dtype | None = np.dtype(ml_dtypes.bfloat16)
-except ImportError:  # pragma: no cover - depends on the environment
-    BFLOAT16 = None
-FLOAT16 = np.dtype(np.float16)
-
-#: The half dtypes present here, with the name half.h gives each.
-HALF_NAMES: dict[np.dtype, str] = {FLOAT16: "f16", **({BFLOAT16: "bf16"} if BFLOAT16 else {})}
+#: The half dtypes present here (bfloat16 needs ml_dtypes), with the name half.h gives each.
+HALF_NAMES: dict[np.dtype, str] = {float16: "f16", **({bfloat16: "bf16"} if bfloat16 else {})}
 #: The C type of a half in kernels: its bits.
 STORAGE_C_TYPE = "ushort"
 #: Families whose kernels declare tensors ``TS`` and compute in ``T`` (half.h): their half
@@ -34,12 +27,7 @@ _WIDE = {np.dtype(np.float32): "float", np.dtype(np.float64): "double"}
 
 def is_half(dtype: np.dtype) -> bool:
     """True for float16 and bfloat16 (``dtype.kind`` cannot tell: bfloat16's is "V")."""
-    return dtype in HALF_NAMES
-
-
-def param_dtype(dtype: np.dtype) -> np.dtype:
-    """The dtype of a program's float parameter buffer: float32 for the halves."""
-    return np.dtype(np.float32) if dtype in HALF_NAMES else dtype
+    return dtype in LOW_PRECISION
 
 
 def half_bits(value: float, dtype: np.dtype) -> int:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..backend import ElementwiseByName
+from ..dtypes import is_float
 from ..errors import ShapeError
 from .half_storage import cast_defines, is_half
 from .host import PlanBase
@@ -104,7 +105,7 @@ class PrimitivePlans(ElementwiseByName, PlanBase):
         defines = {"SRC": c_type(x.dtype)}
         if is_half(x.dtype) or is_half(dtype):  # half.h's conversions (rounded once)
             defines |= cast_defines(x.dtype, dtype)
-        elif x.dtype.kind == "f" and dtype.kind == "i":  # saturating, NaN -> 0 (cast.cl)
+        elif is_float(x.dtype) and dtype.kind == "i":  # saturating, NaN -> 0 (cast.cl)
             bits = dtype.itemsize * 8 - 1
             top = f"{2**bits - 1}{'L' if bits > 31 else ''}"
             defines |= {"CAST_LIMIT": repr(2.0**bits), "CAST_MAX": top, "CAST_MIN": f"(-{top} - 1)"}

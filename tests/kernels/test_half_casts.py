@@ -18,8 +18,9 @@ from typing import Any
 import numpy as np
 import pytest
 from half_backends import half_backend
+from riftco.dtypes import bfloat16 as BFLOAT16
 from riftco.ieee import quiet
-from riftco.kernel_host.half_storage import BFLOAT16, cast_defines
+from riftco.kernel_host.half_storage import cast_defines
 from riftco.kernel_host.sources import c_type
 
 rt = pytest.importorskip("riftco.backends.opencl.runtime", reason="OpenCL runtime import failed")

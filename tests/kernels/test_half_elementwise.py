@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 import pytest
 from half_backends import half_backend
+from riftco.dtypes import bfloat16 as BFLOAT16
 from riftco.ieee import quiet
-from riftco.kernel_host.half_storage import BFLOAT16
 from riftco.kernel_host.sources import program_source
 
 rt = pytest.importorskip("riftco.backends.opencl.runtime", reason="OpenCL runtime import failed")
