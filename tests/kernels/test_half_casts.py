@@ -38,12 +38,6 @@ UINT = {2: np.uint16, 4: np.uint32, 8: np.uint64}
 KINDS = ["ieee", "fast96", "bits-ieee", "bits-fast96", "metal"]
 
 
-def _make(kind: str) -> Any:
-    be = half_backend(kind)
-    be.dtypes = be.dtypes | frozenset(HALVES)  # the halves, declared or not yet
-    return be
-
-
 @pytest.fixture(params=KINDS)
 def kind(request: pytest.FixtureRequest) -> str:
     return request.param
@@ -57,7 +51,7 @@ def run_cast(kind: str, x: np.ndarray, dst: np.dtype, **extra: str) -> np.ndarra
     """``x`` cast to ``dst`` on the backend ``kind``, through the backend's own ``cast``,
     or by launching cast.cl with the bit-level conversions forced (``bits-*``) or with
     ``extra`` defines (a planted fault)."""
-    be = _make(kind)
+    be = half_backend(kind)
     t = be.from_numpy(x)
     if not kind.startswith("bits") and not extra:
         return be.to_numpy(be.cast(t, dst))
@@ -184,7 +178,7 @@ def test_narrowing_from_float32(kind, dst):
 
 @pytest.mark.parametrize("dst", HALVES, ids=lambda d: d.name)
 def test_narrowing_from_float64_rounds_once(kind, dst):
-    be = _make(kind)
+    be = half_backend(kind)
     if F64 not in be.dtypes:
         pytest.skip(f"{be.name} declares no float64 here")
     rng = np.random.default_rng(2)
@@ -202,7 +196,7 @@ def test_narrowing_from_float64_rounds_once(kind, dst):
 def test_widening_is_exact_for_every_pattern(kind, src):
     """All 65,536 patterns: normals, subnormals, zeros, infinities, NaNs."""
     x = np.arange(1 << 16, dtype=np.uint16).view(src)
-    for wide in _wides(_make(kind)):
+    for wide in _wides(half_backend(kind)):
         got = run_cast(kind, x, wide)
         assert mismatches(x, got, _reference(x, wide), narrowing=False) == [], wide.name
 
@@ -280,7 +274,7 @@ def test_checker_catches_truncation():
 def test_checker_catches_a_kernel_that_rounds_twice():
     """A planted fault in the kernel: float64 -> float16 through float32 (the float
     conversion applied to the double) fails exactly on the double-rounding values."""
-    be = _make("ieee")
+    be = half_backend("ieee")
     if F64 not in be.dtypes:
         pytest.skip("the OpenCL device has no float64")
     x = np.array([v for v, _, _ in DOUBLE_ROUNDING])
@@ -292,7 +286,7 @@ def test_checker_catches_a_kernel_that_rounds_twice():
 # -- fill and copies ------------------------------------------------------------------------------
 @pytest.mark.parametrize("dtype", HALVES, ids=lambda d: d.name)
 def test_fill_rounds_the_value_once(kind, dtype):
-    be = _make(kind)
+    be = half_backend(kind)
     for value in [1 / 3, 1 + 2**-11 + 2**-40, 65520.0, -1e9, 2**-25 + 2**-60, -0.0, float("nan")]:
         x = be.empty((7,), dtype)
         be.fill(x, value)
@@ -305,7 +299,7 @@ def test_fill_rounds_the_value_once(kind, dtype):
 def test_copies_move_bits(kind, dtype):
     """Strided copies, concatenation and split move every pattern unchanged, NaN payloads
     included (a copy through a float would quiet or canonicalise them)."""
-    be = _make(kind)
+    be = half_backend(kind)
     bits = np.random.default_rng(4).permutation(1 << 16).astype(np.uint16)
     a = bits[: 256 * 200].reshape(256, 200).view(dtype)
     t = be.from_numpy(a)

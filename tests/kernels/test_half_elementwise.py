@@ -40,12 +40,6 @@ COMPARE = {"lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greate
 EXACT = {"neg", "abs", "add", "sub", "mul", "maximum", "minimum", "add_scalar", "mul_scalar"}
 
 
-def _make(kind: str) -> Any:
-    be = half_backend(kind)
-    be.dtypes = be.dtypes | frozenset(HALVES)  # the halves, declared or not yet
-    return be
-
-
 @pytest.fixture(params=KINDS)
 def kind(request: pytest.FixtureRequest) -> str:
     return request.param
@@ -54,7 +48,7 @@ def kind(request: pytest.FixtureRequest) -> str:
 def _launch(kind: str, name: str, dtype: np.dtype, *arrays: np.ndarray, **kw: Any) -> np.ndarray:
     """The elementwise kernel ``name`` on ``arrays`` (``bits-*``: half.h's bit-level
     conversions forced), downloaded."""
-    be = _make(kind)
+    be = half_backend(kind)
     ts = [be.from_numpy(a) for a in arrays]
     out = be.empty(ts[0].shape, dtype)
     defines = {"RIFTCO_HALF_BITS": "1"} if kind.startswith("bits") else None
@@ -153,7 +147,7 @@ def test_scalars_where_and_bias(kind, dtype):
 def test_a_store_that_truncates_fails():
     """Must be able to fail: the float16 program with its STORE planted to truncate the
     float32 result (round toward zero) instead of rounding to nearest even."""
-    be = _make("ieee")
+    be = half_backend("ieee")
     store = "#define STORE(p, i, v) vstore_half_rte((v), (i), (GLOBAL half*)(p))"
     src = program_source("elementwise", F16)
     assert store in src
