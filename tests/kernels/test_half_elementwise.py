@@ -161,3 +161,24 @@ def test_a_store_that_truncates_fails():
     be.runtime.launch(kernel, x.size, [*raw, params])
     with pytest.raises(AssertionError, match="off by more than 0 ulp"):
         _check("mul", be.to_numpy(out), _reference(np.multiply, F16, x, y, exact=True), True)
+
+
+@pytest.mark.parametrize("dtype", HALVES, ids=lambda d: d.name)
+def test_listed_ops_run_in_half_storage_through_core(dtype):
+    """``low_precision_ops`` names the elementwise ops: core dispatches them to the half
+    program (one launch each, no cast kernels), and widens an op it does not name (sum:
+    cast in, the float32 reduction, cast out)."""
+    import riftco
+    import riftco.ops as ops
+
+    x = _inputs(dtype, 8)[:64]
+    a = riftco.tensor(x, dtype=dtype, device="opencl:0")
+    be = a.backend
+    assert {"add", "exp", "compare", "where"} <= be.low_precision_ops
+    be.reset_transfer_stats()
+    got = ops.add(a, a)
+    assert be.transfer_stats()["launches"] == 1 and got.dtype == dtype
+    _check("add", got.numpy(), _reference(np.add, dtype, x, x, exact=True), True)
+    be.reset_transfer_stats()
+    ops.sum(a, axes=(0,))
+    assert be.transfer_stats()["launches"] >= 3  # widened: cast, reduce, cast
