@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from half_backends import half_backend
+from half_helpers import half_backend
 from riftco.dtypes import bfloat16 as BFLOAT16
 from riftco.ieee import quiet
 from riftco.kernel_host.half_storage import cast_defines

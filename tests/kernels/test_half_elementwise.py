@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from half_backends import half_backend
+from half_helpers import half_backend, half_ulps
 from riftco.dtypes import bfloat16 as BFLOAT16
 from riftco.ieee import quiet
 from riftco.kernel_host.sources import program_source
@@ -72,24 +72,9 @@ def _inputs(dtype: np.dtype, seed: int) -> np.ndarray:
         return np.concatenate([special, body]).astype(dtype)
 
 
-def _ulps(got: np.ndarray, want: np.ndarray) -> np.ndarray:
-    """Distance in units of the half's last place (sign-magnitude ordered); NaN where
-    exactly one is NaN, 0 where both are."""
-
-    def ordered(a: np.ndarray) -> np.ndarray:
-        b = a.view(np.uint16).astype(np.int64)
-        return np.where(b & 0x8000, -(b & 0x7FFF), b)
-
-    gn, wn = np.isnan(got.astype(F32)), np.isnan(want.astype(F32))
-    d = np.abs(ordered(got) - ordered(want)).astype(np.float64)
-    d[gn & wn] = 0
-    d[gn ^ wn] = np.nan
-    return d
-
-
 def _check(name: str, got: np.ndarray, want: np.ndarray, exact: bool) -> None:
     assert got.dtype == want.dtype
-    d = _ulps(got, want)
+    d = half_ulps(got, want)
     limit = 0 if exact else 1
     bad = np.flatnonzero(~(d <= limit))
     assert bad.size == 0, (

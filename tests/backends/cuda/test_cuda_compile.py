@@ -21,7 +21,7 @@ import sys
 import numpy as np
 import pytest
 from riftco.errors import KernelCompileError
-from riftco.kernel_host.half_storage import HALF_NAMES, cast_defines
+from riftco.kernel_host.half_storage import HALF_COMPUTE_FAMILIES, HALF_NAMES, cast_defines
 from riftco.kernel_host.sources import c_type, families, program_source, shader_text
 
 compiler = pytest.importorskip("riftco.backends.cuda.compiler")
@@ -57,11 +57,13 @@ _VARIANTS += [
     ]
 ]
 _VARIANTS = [v for v in _VARIANTS if not (v[0] == "cast" and v[3] is None)]
-#: float16 / bfloat16 (shaders/half.h, bit level on CUDA): copies and fill, elementwise in
-#: half storage, and every cast to or from a half (the dtypes themselves: bfloat16 has no
+#: float16 / bfloat16 (shaders/half.h, bit level on CUDA): copies and fill, the families
+#: in half storage, and every cast to or from a half (the dtypes themselves: bfloat16 has no
 #: name numpy knows alone).
 _FLOATS = [*HALF_NAMES, np.dtype(np.float32), np.dtype(np.float64)]
-_VARIANTS += [(f, h, "int32", None) for f in ("copy", "elementwise") for h in HALF_NAMES]
+_VARIANTS += [
+    (f, h, "int32", None) for f in ("copy", *sorted(HALF_COMPUTE_FAMILIES)) for h in HALF_NAMES
+]
 _VARIANTS += [
     ("cast", dst, "int32", {"SRC": c_type(src), **cast_defines(src, dst)})
     for src in _FLOATS

@@ -1,6 +1,6 @@
 """The Metal expansion of the float16 / bfloat16 programs passes the MSL syntax check.
 
-Every half program the kernel host builds (copies and fill, elementwise in half storage,
+Every half program the kernel host builds (copies and fill, elementwise and softmax in half storage,
 each cast to or from a half; Metal has no float64) is checked with g++ against
 shaders/stubs/metal_stdlib, with MSL's ``half`` conversions (the Metal branch of half.h)
 and with the bit-level ones (``RIFTCO_HALF_BITS``), at MSL 2.3, the version the objc
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from riftco.kernel_host.half_storage import HALF_NAMES, cast_defines
+from riftco.kernel_host.half_storage import HALF_COMPUTE_FAMILIES, HALF_NAMES, cast_defines
 from riftco.kernel_host.sources import c_type, program_source
 
 GXX = shutil.which("g++")
@@ -28,8 +28,8 @@ pytestmark = pytest.mark.skipif(
 )
 _FLOATS = [*HALF_NAMES, np.dtype(np.float32)]
 #: (family, dtype, defines) of every half program a Metal backend builds: copies and
-#: fill, elementwise (half storage, float compute) and each cast.
-PROGRAMS = [(f, h, {}) for f in ("copy", "elementwise") for h in HALF_NAMES] + [
+#: fill, the families in half storage (float compute) and each cast.
+PROGRAMS = [(f, h, {}) for f in ("copy", *sorted(HALF_COMPUTE_FAMILIES)) for h in HALF_NAMES] + [
     ("cast", dst, {"SRC": c_type(src), **cast_defines(src, dst)})
     for src in _FLOATS
     for dst in _FLOATS

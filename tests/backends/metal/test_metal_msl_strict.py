@@ -76,10 +76,11 @@ def _built_programs(monkeypatch: pytest.MonkeyPatch) -> list[ProgramKey]:
     backend = dev.backend
     for case in CASES.values():
         case(backend, np.random.default_rng(0), np.dtype(np.float32))
-    for half in LOW_PRECISION:  # half storage: copies, fill, casts, elementwise (half.h)
+    for half in LOW_PRECISION:  # half storage: copies, fill, casts, elementwise, softmax
         h = backend.cast(backend.from_numpy(np.ones((4, 8), np.float32)), half)
         backend.fill(h, 0.5)
-        backend.cast(backend.binary("add", backend.copy_strided(h.permute(1, 0)), h.T), np.float32)
+        sums = backend.binary("add", backend.copy_strided(h.permute(1, 0)), h.T)
+        backend.cast(backend.softmax_backward(sums, backend.softmax(sums)), np.float32)
     text, source = load_text(None)
     data = CharDataset.from_text(text[:5_000], 8, source)
     for attention in ("materialized", "flash"):
@@ -114,6 +115,7 @@ def test_every_built_program_passes_the_strict_check(registry, monkeypatch, stri
     assert ("cast", "int32", "float") in kinds and ("cast", "float32", "int") in kinds
     assert ("cast", "float16", "float") in kinds and ("cast", "float32", "ushort") in kinds
     assert ("elementwise", "float16", None) in kinds and ("copy", "float16", None) in kinds
+    assert ("softmax", "bfloat16", None) in kinds
     assert {"attention", "layer_norm", "matmul"} <= {k[0] for k in programs}
     problems = []
     for key in programs:

@@ -1,4 +1,5 @@
-"""The kernel backends the float16 / bfloat16 kernel tests run on, made once per process.
+"""What the float16 / bfloat16 kernel tests share: their backends, made once per process,
+and a distance in units of a half's last place.
 
 ``ieee``: OpenCL as IEEE C at group size 256; ``fast96``: OpenCL built with fast math
 (``-cl-fast-relaxed-math -cl-finite-math-only``, as Metal compiles) at group size 96, one
@@ -10,6 +11,8 @@ bit-level conversions into the programs they launch.
 from __future__ import annotations
 
 from typing import Any
+
+import numpy as np
 
 _BACKENDS: dict[str, Any] = {}
 
@@ -32,3 +35,20 @@ def half_backend(kind: str) -> Any:
         else:
             raise ValueError(f"unknown half test backend {kind!r}")
     return _BACKENDS[base]
+
+
+def half_ulps(got: np.ndarray, want: np.ndarray) -> np.ndarray:
+    """|got - want| in units of the half's last place, counted on the sign-magnitude
+    ordered bit patterns (so across zero and the subnormals too); 0 where both are NaN,
+    inf where only one is."""
+
+    def ordered(a: np.ndarray) -> np.ndarray:
+        b = a.view(np.uint16).astype(np.int64)
+        return np.where(b & 0x8000, -(b & 0x7FFF), b)
+
+    gn = np.isnan(got.astype(np.float32))
+    wn = np.isnan(want.astype(np.float32))
+    d = np.abs(ordered(got) - ordered(want)).astype(np.float64)
+    d[gn & wn] = 0
+    d[gn ^ wn] = np.inf
+    return d
