@@ -29,6 +29,7 @@ from riftco.tensor import Storage, Tensor, dense_strides
 
 from . import blas, build
 from .attention import NativeAttention
+from .half import HALF, NativeHalf, use_f16c
 from .linear_gelu import NativeLinearGelu
 from .pool import MIN_BYTES, BufferPool
 from .primitives import NativePrimitives
@@ -38,6 +39,7 @@ POOL_MB = 256
 
 _SUFFIX = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
 _CTYPE = {np.dtype(np.float32): "float[]", np.dtype(np.float64): "double[]"}
+_CTYPE.update(dict.fromkeys(HALF, "uint16_t[]"))  # 2-byte storage: the bits (half.py)
 
 
 class _SingleThreadedBlas:
@@ -58,7 +60,7 @@ class _SingleThreadedBlas:
             self._blas.set_threads(self._prev)
 
 
-class NativeBackend(NativeAttention, NativeLinearGelu, NativePrimitives, CPUBackend):
+class NativeBackend(NativeAttention, NativeLinearGelu, NativeHalf, NativePrimitives, CPUBackend):
     name: ClassVar[str] = "native"
     priority: ClassVar[int] = 5
     #: named on the conformance certificate with their versions (an extra, not a requirement)
@@ -68,6 +70,7 @@ class NativeBackend(NativeAttention, NativeLinearGelu, NativePrimitives, CPUBack
         super().__init__(device_index)
         mod = build.load()
         self._lib, self._ffi = mod.lib, mod.ffi
+        self._f16c = use_f16c(self._lib)
         matmul = choice("RIFTCO_NATIVE_MATMUL", ("blas", "numpy"), "blas")
         found = None if matmul == "numpy" else blas.find()
         self._blas = found
@@ -100,11 +103,8 @@ class NativeBackend(NativeAttention, NativeLinearGelu, NativePrimitives, CPUBack
         except Exception:
             return []
         details = {"threads": threads, "flags": " ".join(build.build_flags())}
-        return [
-            DeviceInfo(
-                0, "host CPU (C kernels, OpenMP)", ("float32", "float64", "int32", "int64"), details
-            )
-        ]
+        names = tuple(sorted(d.name for d in cls.dtypes))
+        return [DeviceInfo(0, "host CPU (C kernels, OpenMP)", names, details)]
 
     # -- pointers ---------------------------------------------------------------------------
     def _fn(self, op: str, dtype: np.dtype) -> Any:
@@ -185,7 +185,7 @@ class NativeBackend(NativeAttention, NativeLinearGelu, NativePrimitives, CPUBack
 
     # -- allocation -------------------------------------------------------------------------
     def allocate(self, shape: tuple[int, ...], dtype: np.dtype) -> Tensor:
-        if np.dtype(dtype) in self._gemm_dtypes:
+        if np.dtype(dtype) in self._gemm_dtypes or np.dtype(dtype) in HALF:
             return self._out(tuple(shape), np.dtype(dtype))[0]
         return super().allocate(shape, dtype)
 

@@ -37,6 +37,7 @@ SOURCES = (
     "kernels_rms_norm.c",
     "kernels_linear_gelu.c",
     "kernels_tile.c",
+    "kernels_half.c",
 )
 #: -fno-math-errno lets sqrt vectorise and -fno-trapping-math lets GCC if-convert the
 #: branch-free exp (selects instead of jumps); neither changes a result (Python never
@@ -101,8 +102,18 @@ int flash_attention_backward_{s}({t} *dout, {t} *q, {t} *k, {t} *v, {t} *out, in
                                  {t} *lse, {t} *dq, {t} *dk, {t} *dv, int64_t *ost, int64_t B,
                                  int64_t H, int64_t T, int64_t D, double scale, int causal);
 """
+#: float16/bfloat16 storage conversion (kernels_half.c): kind 0 float16, 1 bfloat16.
+_HALF = """
+int rift_half_f16c(void);
+void half_from_f32(float *x, uint16_t *y, int64_t n, int kind, int f16c);
+void half_to_f32(uint16_t *x, float *y, int64_t n, int kind, int f16c);
+void half_from_f64(double *x, uint16_t *y, int64_t n, int kind, int f16c);
+void half_to_f64(uint16_t *x, double *y, int64_t n, int kind, int f16c);
+void half_to_half(uint16_t *x, uint16_t *y, int64_t n, int kind, int f16c);
+"""
 CDEF = (
     "int rift_num_threads(void);\n"
+    + _HALF
     + _ONE_DTYPE.format(s="f32", t="float")
     + _ONE_DTYPE.format(s="f64", t="double")
 )

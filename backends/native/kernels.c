@@ -117,6 +117,8 @@ static void *rift_alloc(size_t bytes) {
 #define RIFT_ERF(x) erf(x)
 #include "kernels.c"
 
+#include "kernels_half.c" /* float16/bfloat16 storage conversion (once, not per dtype) */
+
 #else /* ---------------------------------------------------------------- one dtype */
 
 #define T RIFT_T
