@@ -220,6 +220,8 @@ class NativeBackend(NativeAttention, NativeLinearGelu, NativeHalf, NativePrimiti
         return dx
 
     def softmax(self, x: Tensor) -> Tensor:
+        if x.dtype in HALF:
+            return self.half_softmax(x)
         y, p = self._out(x.shape, x.dtype)
         rows, cols = self._rows(x)
         self._fn("softmax", x.dtype)(self._in(x), p, rows, cols)
@@ -234,6 +236,8 @@ class NativeBackend(NativeAttention, NativeLinearGelu, NativeHalf, NativePrimiti
     def layer_norm(
         self, x: Tensor, gamma: Tensor, beta: Tensor, eps: float
     ) -> tuple[Tensor, Tensor, Tensor]:
+        if x.dtype in HALF:
+            return self.half_layer_norm(x, gamma, beta, eps)
         dt, (rows, cols) = x.dtype, self._rows(x)
         y, yp = self._out(x.shape, dt)
         mean, mp = self._out(x.shape[:-1], dt)

@@ -38,6 +38,7 @@ SOURCES = (
     "kernels_linear_gelu.c",
     "kernels_tile.c",
     "kernels_half.c",
+    "kernels_half_ops.c",
 )
 #: -fno-math-errno lets sqrt vectorise and -fno-trapping-math lets GCC if-convert the
 #: branch-free exp (selects instead of jumps); neither changes a result (Python never
@@ -110,6 +111,11 @@ void half_to_f32(uint16_t *x, float *y, int64_t n, int kind, int f16c);
 void half_from_f64(double *x, uint16_t *y, int64_t n, int kind, int f16c);
 void half_to_f64(uint16_t *x, double *y, int64_t n, int kind, int f16c);
 void half_to_half(uint16_t *x, uint16_t *y, int64_t n, int kind, int f16c);
+void half_binary(int op, uint16_t *a, int64_t sa, uint16_t *b, int64_t sb, uint16_t *out,
+                 int64_t rows, int64_t cols, int kind, int f16c);
+int half_softmax(uint16_t *x, uint16_t *y, int64_t rows, int64_t cols, int kind, int f16c);
+int half_layer_norm(uint16_t *x, uint16_t *g, uint16_t *b, uint16_t *y, float *mean,
+                    float *rstd, int64_t rows, int64_t cols, double eps, int kind, int f16c);
 """
 CDEF = (
     "int rift_num_threads(void);\n"

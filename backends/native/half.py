@@ -19,6 +19,8 @@ from riftco.backends.cpu.views import view
 from riftco.env_values import choice
 from riftco.tensor import Tensor
 
+from .primitives import row_stride
+
 
 def _bfloat16() -> np.dtype | None:
     try:
@@ -51,13 +53,29 @@ def bits(arr: np.ndarray) -> np.ndarray:
     return arr.view(np.uint16)
 
 
+_BINARY = {
+    "add": (0, np.add),
+    "sub": (1, np.subtract),
+    "mul": (2, np.multiply),
+    "div": (3, np.divide),
+}  # fmt: skip  (kernels_layout.c: RIFT_ADD ...)
+_F32 = np.dtype(np.float32)
+
+
 class NativeHalf:
-    """Mixin for :class:`NativeBackend`: ``cast`` and ``fill`` on the 2-byte dtypes."""
+    """Mixin for :class:`NativeBackend`: ``cast`` and ``fill`` on the 2-byte dtypes, and
+    the ops it runs on them natively (``low_precision_ops``), each computing in float32
+    and rounding once."""
 
     _ffi: Any
     _lib: Any
     _out: Any
     _f16c: bool
+    _at: Any
+    _in: Any
+    _check: Any
+    _rows: Any
+    result: Any
 
     def _u16(self, arr: np.ndarray) -> Any:
         return self._ffi.from_buffer("uint16_t[]", bits(arr))
@@ -97,3 +115,63 @@ class NativeHalf:
         self.convert(np.array([value], dtype=np.float64), one)  # one rounding, from double
         bits(x.storage.buffer)[x.offset : x.offset + x.size] = bits(one)[0]
         return None
+
+    # -- ops in 2-byte storage ---------------------------------------------------------------
+    def _half_binary(self, op: str, a: Tensor, b: Tensor) -> Tensor:
+        code, ufunc = _BINARY[op]
+        sa, sb = row_stride(a), row_stride(b)
+        if a.shape != b.shape or sa is None or sb is None or a.size == 0:
+            # layouts the row kernel does not take (a broadcast scalar): numpy in float32,
+            # rounded once by the cast
+            with np.errstate(all="ignore"):
+                wide = ufunc(view(a).astype(_F32), view(b).astype(_F32))
+                return self.result(wide.astype(a.dtype), a.dtype)
+        cols = a.shape[-1]
+        out, p = self._out(a.shape, a.dtype)
+        self._lib.half_binary(
+            code, self._at(a), sa, self._at(b), sb, p, a.size // cols, cols, KIND[a.dtype],
+            self._f16c,
+        )  # fmt: skip
+        return out
+
+    def add(self, a: Tensor, b: Tensor) -> Tensor:
+        if a.dtype in HALF:
+            return self._half_binary("add", a, b)
+        return super().add(a, b)  # type: ignore[misc]
+
+    def sub(self, a: Tensor, b: Tensor) -> Tensor:
+        if a.dtype in HALF:
+            return self._half_binary("sub", a, b)
+        return super().sub(a, b)  # type: ignore[misc]
+
+    def mul(self, a: Tensor, b: Tensor) -> Tensor:
+        if a.dtype in HALF:
+            return self._half_binary("mul", a, b)
+        return super().mul(a, b)  # type: ignore[misc]
+
+    def div(self, a: Tensor, b: Tensor) -> Tensor:
+        if a.dtype in HALF:
+            return self._half_binary("div", a, b)
+        return super().div(a, b)  # type: ignore[misc]
+
+    def half_softmax(self, x: Tensor) -> Tensor:
+        y, p = self._out(x.shape, x.dtype)
+        rows, cols = self._rows(x)
+        status = self._lib.half_softmax(self._in(x), p, rows, cols, KIND[x.dtype], self._f16c)
+        self._check(status, "softmax")
+        return y
+
+    def half_layer_norm(
+        self, x: Tensor, gamma: Tensor, beta: Tensor, eps: float
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """y in ``x.dtype``; mean and rstd in float32 (HALF_SPEC)."""
+        rows, cols = self._rows(x)
+        y, yp = self._out(x.shape, x.dtype)
+        mean, mp = self._out(x.shape[:-1], _F32)
+        rstd, rp = self._out(x.shape[:-1], _F32)
+        status = self._lib.half_layer_norm(
+            self._in(x), self._in(gamma), self._in(beta), yp, mp, rp, rows, cols, eps,
+            KIND[x.dtype], self._f16c,
+        )  # fmt: skip
+        self._check(status, "layer_norm")
+        return y, mean, rstd
