@@ -19,7 +19,7 @@ from riftco.backends.cpu.views import view
 from riftco.env_values import choice
 from riftco.tensor import Tensor
 
-from .primitives import row_stride
+from .primitives import SMALL_GEMM, matrix_layout, row_stride
 
 
 def _bfloat16() -> np.dtype | None:
@@ -75,6 +75,8 @@ class NativeHalf:
     _in: Any
     _check: Any
     _rows: Any
+    _gemm: dict[np.dtype, Any]
+    _single_blas: Any
     result: Any
 
     def _u16(self, arr: np.ndarray) -> Any:
@@ -175,3 +177,53 @@ class NativeHalf:
         )  # fmt: skip
         self._check(status, "layer_norm")
         return y, mean, rstd
+
+    def _widened(self, method: Any, *args: Any) -> Tensor:
+        """``method`` (the float32 one) on float32 copies of the 2-byte tensor operands,
+        its result rounded once back: the layouts and sizes the C kernel does not take."""
+        dtype = next(a.dtype for a in args if isinstance(a, Tensor))
+        wide = [self.cast(a, _F32) if isinstance(a, Tensor) else a for a in args]
+        return self.cast(method(*wide), dtype)
+
+    def _half_matmul(
+        self, a: Tensor, b: Tensor, ta: bool, tb: bool, bias: Tensor | None
+    ) -> Tensor | None:
+        """The C kernel for 2-D operands each with a unit stride; None otherwise."""
+        gemm = self._gemm.get(_F32)
+        la, lb = matrix_layout(a), matrix_layout(b)
+        if gemm is None or a.ndim != 2 or b.ndim != 2 or la is None or lb is None:
+            return None
+        m = a.shape[1] if ta else a.shape[0]
+        k = a.shape[0] if ta else a.shape[1]
+        n = b.shape[0] if tb else b.shape[1]
+        if m * n * k < SMALL_GEMM or 0 in (m, n, k):
+            return None
+        out, p = self._out((m, n), a.dtype)
+        bp = self._ffi.NULL if bias is None else self._in(bias)
+        with self._single_blas():
+            status = self._lib.half_matmul(
+                gemm, ta != la[1], tb != lb[1], m, n, k, self._at(a), la[0], self._at(b), lb[0],
+                p, bp, KIND[a.dtype], self._f16c,
+            )  # fmt: skip
+        self._check(status, "matmul" if bias is None else "linear")
+        return out
+
+    def matmul(self, a: Tensor, b: Tensor, transpose_a: bool, transpose_b: bool) -> Tensor:
+        if a.dtype not in HALF:
+            return super().matmul(a, b, transpose_a, transpose_b)  # type: ignore[misc]
+        out = self._half_matmul(a, b, transpose_a, transpose_b, None)
+        if out is not None:
+            return out
+        wide = super().matmul  # type: ignore[misc]
+        return self._widened(lambda x, y: wide(x, y, transpose_a, transpose_b), a, b)
+
+    def linear(self, x: Tensor, w: Tensor, bias: Tensor | None) -> Tensor:
+        if x.dtype not in HALF:
+            return super().linear(x, w, bias)  # type: ignore[misc]
+        out = self._half_matmul(x, w, False, False, bias)
+        if out is not None:
+            return out
+        wide = super().linear  # type: ignore[misc]
+        if bias is None:
+            return self._widened(lambda a, b: wide(a, b, None), x, w)
+        return self._widened(wide, x, w, bias)

@@ -77,3 +77,67 @@ int half_layer_norm(const uint16_t *x, const uint16_t *g, const uint16_t *b, uin
     free(gb);
     return status;
 }
+
+/* -- matmul: float32 tiles from 2-byte panels ------------------------------------------ */
+/* Rows of C per float32 tile a thread computes and rounds while it is in cache. */
+#define RIFT_HALF_TILE_ROWS 128
+
+/* The stored rows x cols of a 2-byte matrix (row stride ld) widened into a dense float32
+ * one (row stride cols). */
+static void rift_widen_matrix(const uint16_t *x, int64_t rows, int64_t cols, int64_t ld,
+                              float *out, int kind, int f16c) {
+    RIFT_PRAGMA(omp parallel for schedule(static) if (rows * cols > RIFT_PAR_MEM))
+    for (int64_t r = 0; r < rows; r++)
+        rift_to_f32_chunk(x + r * ld, out + r * cols, cols, kind, f16c);
+}
+
+/* C[M x N] (dense, 2-byte) = op(A) op(B) (+ bias[N]), computed in float32: A and B are
+ * widened once (their stored layout kept, so transposed views need no copy), each thread
+ * multiplies its part of C tile by tile into float32 scratch (blas_matmul's parts, the
+ * BLAS single-threaded per thread), adds the float32 bias and rounds the tile once into
+ * C. Returns 0, or -1 when scratch memory could not be allocated. */
+int half_matmul(void *fn, int ta, int tb, int64_t M, int64_t N, int64_t K, const uint16_t *A,
+                int64_t lda, const uint16_t *B, int64_t ldb, uint16_t *C, const uint16_t *bias,
+                int kind, int f16c) {
+    int64_t ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
+    float *a = (float *)rift_alloc(sizeof(float) * (size_t)(ar * ac + 1));
+    float *b = (float *)rift_alloc(sizeof(float) * (size_t)(br * bc + 1));
+    float *bf = (float *)rift_alloc(sizeof(float) * (size_t)(N + 1));
+    int status = (a && b && bf) ? 0 : -1;
+    if (status == 0) {
+        rift_widen_matrix(A, ar, ac, lda, a, kind, f16c);
+        rift_widen_matrix(B, br, bc, ldb, b, kind, f16c);
+        if (bias) rift_to_f32_chunk(bias, bf, N, kind, f16c);
+        cblas_gemm_t_f32 gemm = (cblas_gemm_t_f32)fn;
+        int by_cols;
+        int64_t parts = gemm_parts_f32(M, N, K, &by_cols);
+        RIFT_PRAGMA(omp parallel for schedule(static) if (parts > 1))
+        for (int64_t c = 0; c < parts; c++) {
+            int64_t span = by_cols ? N : M;
+            int64_t lo = span * c / parts, hi = span * (c + 1) / parts;
+            int64_t m0 = by_cols ? 0 : lo, m1 = by_cols ? M : hi;
+            int64_t n0 = by_cols ? lo : 0, nb = by_cols ? hi - lo : N;
+            size_t tile_bytes = sizeof(float) * (size_t)(RIFT_HALF_TILE_ROWS * nb);
+            float *tile = nb > 0 ? (float *)rift_alloc(tile_bytes) : NULL;
+            if (!tile) {
+                if (nb > 0) {
+                    RIFT_PRAGMA(omp atomic write)
+                    status = -1;
+                }
+                continue;
+            }
+            for (int64_t i0 = m0; i0 < m1; i0 += RIFT_HALF_TILE_ROWS) {
+                int64_t mb = m1 - i0 < RIFT_HALF_TILE_ROWS ? m1 - i0 : RIFT_HALF_TILE_ROWS;
+                gemm_part_f32(gemm, 0, 1, 0, ta, tb, mb, nb, K, ta ? a + i0 : a + i0 * ac, ac,
+                              tb ? b + n0 * bc : b + n0, bc, tile, nb, bias ? bf + n0 : NULL);
+                for (int64_t i = 0; i < mb; i++)
+                    rift_from_f32_chunk(tile + i * nb, C + (i0 + i) * N + n0, nb, kind, f16c);
+            }
+            free(tile);
+        }
+    }
+    free(a);
+    free(b);
+    free(bf);
+    return status;
+}

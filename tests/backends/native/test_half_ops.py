@@ -129,3 +129,59 @@ def test_layer_norm_rounds_once_and_keeps_float32_statistics(nb, dtype, shape) -
     scale = np.abs(x64 - mu[:, None]) * rs[:, None] * np.abs(g.astype(np.float64))
     tol = U[dtype] * np.abs(exact) + 1e-5 * (scale + np.abs(b.astype(np.float64))) + 1e-6
     assert np.all(np.abs(got - exact) <= tol), float(np.max(np.abs(got - exact) - tol))
+
+
+def product_tolerance(dtype, a64, b64, exact) -> np.ndarray:
+    """One rounding of the result (u) plus float32 accumulation over K (K 2^-24 |A||B|)."""
+    k = a64.shape[-1]
+    return U[dtype] * np.abs(exact) + k * 2.0**-23 * (np.abs(a64) @ np.abs(b64)) + TINY[dtype]
+
+
+@HALVES
+@pytest.mark.parametrize(("ta", "tb"), [(False, False), (True, False), (False, True), (True, True)])
+def test_matmul_float32_tiles_in_every_layout(nb, dtype, ta, tb) -> None:
+    """m = 300 spans several 128-row tiles; transposed operands are read as stored."""
+    rng = np.random.default_rng(9)
+    m, k, n = 300, 70, 90
+    a = rounded(rng, (k, m) if ta else (m, k), dtype)
+    b = rounded(rng, (n, k) if tb else (k, n), dtype)
+    got = nb.to_numpy(nb.matmul(nb.from_numpy(a), nb.from_numpy(b), ta, tb))
+    assert got.dtype == dtype and got.shape == (m, n)
+    a64 = (a.T if ta else a).astype(np.float64)
+    b64 = (b.T if tb else b).astype(np.float64)
+    exact = a64 @ b64
+    err = np.abs(got.astype(np.float64) - exact)
+    assert np.all(err <= product_tolerance(dtype, a64, b64, exact))
+
+
+@HALVES
+def test_linear_adds_the_bias_before_the_one_rounding(nb, dtype) -> None:
+    rng = np.random.default_rng(10)
+    x, w = rounded(rng, (260, 64), dtype), rounded(rng, (64, 200), dtype)
+    bias = rounded(rng, (200,), dtype, 100)  # large: a bias rounded on its own would show
+    got = nb.to_numpy(nb.linear(nb.from_numpy(x), nb.from_numpy(w), nb.from_numpy(bias)))
+    x64, w64 = x.astype(np.float64), w.astype(np.float64)
+    exact = x64 @ w64 + bias.astype(np.float64)
+    err = np.abs(got.astype(np.float64) - exact)
+    assert np.all(err <= product_tolerance(dtype, x64, w64, exact))
+    # one rounding of the float32 sum lands on the float64 result's rounding nearly always
+    # (float32's own error moves a few values across a rounding boundary); the product
+    # rounded first and the bias added after misses 8% of them on this sample
+    once = bits(exact.astype(dtype))
+    assert np.mean(bits(got) == once) > 0.999
+    prod = nb.to_numpy(nb.matmul(nb.from_numpy(x), nb.from_numpy(w), False, False))
+    twice = (prod.astype(np.float32) + bias.astype(np.float32)).astype(dtype)
+    assert np.mean(bits(twice) == once) < 0.99, "the sample cannot tell one rounding"
+
+
+@HALVES
+def test_matmul_batched_and_strided_run_widened_on_the_backend(nb, dtype) -> None:
+    rng = np.random.default_rng(11)
+    a, b = rounded(rng, (3, 40, 50), dtype), rounded(rng, (3, 50, 60), dtype)
+    got = nb.to_numpy(nb.matmul(nb.from_numpy(a), nb.from_numpy(b), False, False))
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    exact = a64 @ b64
+    assert got.dtype == dtype and got.shape == (3, 40, 60)
+    assert np.all(
+        np.abs(got.astype(np.float64) - exact) <= product_tolerance(dtype, a64, b64, exact)
+    )
