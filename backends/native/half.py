@@ -85,7 +85,9 @@ class NativeHalf:
     def convert(self, src: np.ndarray, dst: np.ndarray) -> None:
         """``dst[:] = src`` rounded once (flat, C-contiguous arrays of equal size), where
         one of the two is float16/bfloat16 and the other float32, float64 or 2-byte."""
-        n = src.size
+        n = dst.size
+        if src.size != n or not (src.flags.c_contiguous and dst.flags.c_contiguous):
+            raise ValueError(f"[cast] convert needs flat arrays of one size, not {src.size}, {n}")
         if src.dtype in HALF and dst.dtype in HALF:
             self._lib.half_to_half(self._u16(src), self._u16(dst), n, KIND[src.dtype], self._f16c)
         elif dst.dtype in HALF:
@@ -106,7 +108,9 @@ class NativeHalf:
         if x.dtype == dtype:  # a copy; view(x) may be strided
             out.storage.buffer.reshape(x.shape)[...] = view(x)
             return out
-        src = x.storage.buffer if x.is_dense else np.ascontiguousarray(view(x)).reshape(-1)
+        # a dense tensor may be the first x.size elements of a longer buffer
+        dense = x.is_dense
+        src = x.storage.buffer[: x.size] if dense else np.ascontiguousarray(view(x)).reshape(-1)
         self.convert(src, out.storage.buffer)
         return out
 

@@ -84,3 +84,18 @@ def test_fill_writes_only_the_view(nb, dtype) -> None:
 def test_allocate_is_two_bytes_per_element(nb, dtype) -> None:
     x = nb.allocate((256, 300), dtype)
     assert x.dtype == dtype and x.storage.buffer.nbytes == 256 * 300 * 2
+
+
+@HALVES
+def test_cast_of_a_dense_prefix_of_a_longer_buffer_writes_only_its_result(nb, dtype) -> None:
+    """Offset 0 and contiguous (``is_dense``) but the storage holds more elements: the
+    conversion covers x.size elements, not the buffer (it wrote past the result before)."""
+    a = np.arange(40, dtype=np.float32)
+    base = nb.from_numpy(a)
+    head = Tensor(nb, base.storage, (2, 5), (5, 1), 0, np.dtype(np.float32))
+    assert head.is_dense
+    h = nb.cast(head, dtype)
+    assert h.storage.buffer.size == 10
+    assert np.array_equal(nb.to_numpy(h).astype(np.float32), a[:10].reshape(2, 5))
+    back = nb.cast(Tensor(nb, h.storage, (3,), (1,), 0, dtype), np.dtype(np.float64))
+    assert list(nb.to_numpy(back)) == [0.0, 1.0, 2.0]
