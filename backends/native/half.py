@@ -204,11 +204,15 @@ class NativeHalf:
             return None
         out, p = self._out((m, n), a.dtype)
         bp = self._ffi.NULL if bias is None else self._in(bias)
+        a_t, a32 = self._out((m * k,), _F32)  # float32 copies of A and B (pooled scratch)
+        b_t, b32 = self._out((k * n,), _F32)
         with self._single_blas():
             status = self._lib.half_matmul(
                 gemm, ta != la[1], tb != lb[1], m, n, k, self._at(a), la[0], self._at(b), lb[0],
-                p, bp, KIND[a.dtype], self._f16c,
+                p, bp, a32, b32, KIND[a.dtype], self._f16c,
             )  # fmt: skip
+        del a32, b32  # the pointers first: the pool recycles only unreferenced buffers
+        del a_t, b_t
         self._check(status, "matmul" if bias is None else "linear")
         return out
 

@@ -92,18 +92,18 @@ static void rift_widen_matrix(const uint16_t *x, int64_t rows, int64_t cols, int
 }
 
 /* C[M x N] (dense, 2-byte) = op(A) op(B) (+ bias[N]), computed in float32: A and B are
- * widened once (their stored layout kept, so transposed views need no copy), each thread
- * multiplies its part of C tile by tile into float32 scratch (blas_matmul's parts, the
- * BLAS single-threaded per thread), adds the float32 bias and rounds the tile once into
- * C. Returns 0, or -1 when scratch memory could not be allocated. */
+ * widened once into the caller's float32 buffers a (M*K) and b (K*N), their stored layout
+ * kept, so transposed views need no copy (the caller's: recycled buffers, where malloc
+ * would page-fault 16 MB back in on every call); each thread multiplies its part of C tile
+ * by tile into float32 scratch (blas_matmul's parts, the BLAS single-threaded per thread),
+ * adds the float32 bias and rounds the tile once into C. Returns 0, or -1 when scratch
+ * memory could not be allocated. */
 int half_matmul(void *fn, int ta, int tb, int64_t M, int64_t N, int64_t K, const uint16_t *A,
                 int64_t lda, const uint16_t *B, int64_t ldb, uint16_t *C, const uint16_t *bias,
-                int kind, int f16c) {
+                float *a, float *b, int kind, int f16c) {
     int64_t ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
-    float *a = (float *)rift_alloc(sizeof(float) * (size_t)(ar * ac + 1));
-    float *b = (float *)rift_alloc(sizeof(float) * (size_t)(br * bc + 1));
     float *bf = (float *)rift_alloc(sizeof(float) * (size_t)(N + 1));
-    int status = (a && b && bf) ? 0 : -1;
+    int status = bf ? 0 : -1;
     if (status == 0) {
         rift_widen_matrix(A, ar, ac, lda, a, kind, f16c);
         rift_widen_matrix(B, br, bc, ldb, b, kind, f16c);
@@ -136,8 +136,6 @@ int half_matmul(void *fn, int ta, int tb, int64_t M, int64_t N, int64_t K, const
             free(tile);
         }
     }
-    free(a);
-    free(b);
     free(bf);
     return status;
 }
