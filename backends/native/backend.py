@@ -209,11 +209,15 @@ class NativeBackend(NativeAttention, NativeLinearGelu, NativeHalf, NativePrimiti
 
     # -- elementwise fused ----------------------------------------------------------------------
     def gelu(self, x: Tensor, approximate: str) -> Tensor:
+        if x.dtype in HALF:
+            return self.half_gelu(x, approximate)
         y, yp = self._out(x.shape, x.dtype)
         self._fn("gelu", x.dtype)(self._in(x), yp, x.size, int(approximate == "tanh"))
         return y
 
     def gelu_backward(self, dy: Tensor, x: Tensor, approximate: str) -> Tensor:
+        if x.dtype in HALF:
+            return self.half_gelu_backward(dy, x, approximate)
         dx, p = self._out(x.shape, x.dtype)
         fn = self._fn("gelu_backward", x.dtype)
         fn(self._in(dy), self._in(x), p, x.size, int(approximate == "tanh"))
@@ -228,6 +232,8 @@ class NativeBackend(NativeAttention, NativeLinearGelu, NativeHalf, NativePrimiti
         return y
 
     def softmax_backward(self, dy: Tensor, y: Tensor) -> Tensor:
+        if y.dtype in HALF:
+            return self.half_softmax_backward(dy, y)
         dx, p = self._out(y.shape, y.dtype)
         rows, cols = self._rows(y)
         self._fn("softmax_backward", y.dtype)(self._in(dy), self._in(y), p, rows, cols)

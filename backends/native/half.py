@@ -167,6 +167,29 @@ class NativeHalf:
         self._check(status, "softmax")
         return y
 
+    def half_softmax_backward(self, dy: Tensor, y: Tensor) -> Tensor:
+        dx, p = self._out(y.shape, y.dtype)
+        rows, cols = self._rows(y)
+        status = self._lib.half_softmax_backward(
+            self._in(dy), self._in(y), p, rows, cols, KIND[y.dtype], self._f16c
+        )
+        self._check(status, "softmax_backward")
+        return dx
+
+    def half_gelu(self, x: Tensor, approximate: str) -> Tensor:
+        y, p = self._out(x.shape, x.dtype)
+        approx = int(approximate == "tanh")
+        self._lib.half_gelu(self._in(x), p, x.size, approx, KIND[x.dtype], self._f16c)
+        return y
+
+    def half_gelu_backward(self, dy: Tensor, x: Tensor, approximate: str) -> Tensor:
+        dx, p = self._out(x.shape, x.dtype)
+        approx = int(approximate == "tanh")
+        self._lib.half_gelu_backward(
+            self._in(dy), self._in(x), p, x.size, approx, KIND[x.dtype], self._f16c
+        )
+        return dx
+
     def half_layer_norm(
         self, x: Tensor, gamma: Tensor, beta: Tensor, eps: float
     ) -> tuple[Tensor, Tensor, Tensor]:

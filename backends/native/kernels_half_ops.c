@@ -59,6 +59,45 @@ int half_softmax(const uint16_t *x, uint16_t *y, int64_t rows, int64_t cols, int
     return status;
 }
 
+int half_softmax_backward(const uint16_t *dy, const uint16_t *y, uint16_t *dx, int64_t rows,
+                          int64_t cols, int kind, int f16c) {
+    int status = 0;
+    RIFT_HALF_ROWS(rows, cols, 2 * cols, {
+        rift_to_f32_chunk(dy + r * cols, w, cols, kind, f16c);
+        rift_to_f32_chunk(y + r * cols, w + cols, cols, kind, f16c);
+        softmax_bwd_row_f32(w, w + cols, w, cols);
+        rift_from_f32_chunk(w, dx + r * cols, cols, kind, f16c);
+    });
+    return status;
+}
+
+/* GELU and its backward, chunk by chunk through float32 stack buffers. */
+void half_gelu(const uint16_t *x, uint16_t *y, int64_t n, int approx, int kind, int f16c) {
+    int64_t chunks = (n + RIFT_HALF_CHUNK - 1) / RIFT_HALF_CHUNK;
+    RIFT_PRAGMA(omp parallel for schedule(static) if (n > RIFT_PAR_MIN))
+    for (int64_t c = 0; c < chunks; c++) {
+        float w[RIFT_HALF_CHUNK];
+        int64_t lo = c * RIFT_HALF_CHUNK, len = n - lo < RIFT_HALF_CHUNK ? n - lo : RIFT_HALF_CHUNK;
+        rift_to_f32_chunk(x + lo, w, len, kind, f16c);
+        gelu_chunk_f32(w, w, len, approx);
+        rift_from_f32_chunk(w, y + lo, len, kind, f16c);
+    }
+}
+
+void half_gelu_backward(const uint16_t *dy, const uint16_t *x, uint16_t *dx, int64_t n,
+                        int approx, int kind, int f16c) {
+    int64_t chunks = (n + RIFT_HALF_CHUNK - 1) / RIFT_HALF_CHUNK;
+    RIFT_PRAGMA(omp parallel for schedule(static) if (n > RIFT_PAR_MIN))
+    for (int64_t c = 0; c < chunks; c++) {
+        float wd[RIFT_HALF_CHUNK], wx[RIFT_HALF_CHUNK];
+        int64_t lo = c * RIFT_HALF_CHUNK, len = n - lo < RIFT_HALF_CHUNK ? n - lo : RIFT_HALF_CHUNK;
+        rift_to_f32_chunk(dy + lo, wd, len, kind, f16c);
+        rift_to_f32_chunk(x + lo, wx, len, kind, f16c);
+        gelu_bwd_chunk_f32(wd, wx, wd, len, approx);
+        rift_from_f32_chunk(wd, dx + lo, len, kind, f16c);
+    }
+}
+
 /* y in the 2-byte dtype; mean and rstd stay float32 (HALF_SPEC: statistics of a
  * low-precision LayerNorm are float32 outputs, the backward reads them as they are). */
 int half_layer_norm(const uint16_t *x, const uint16_t *g, const uint16_t *b, uint16_t *y,

@@ -185,3 +185,51 @@ def test_matmul_batched_and_strided_run_widened_on_the_backend(nb, dtype) -> Non
     assert np.all(
         np.abs(got.astype(np.float64) - exact) <= product_tolerance(dtype, a64, b64, exact)
     )
+
+
+def gelu64(x: np.ndarray, approximate: str) -> tuple[np.ndarray, np.ndarray]:
+    """GELU and its derivative in float64 (erf form, or the tanh form)."""
+    from math import erf, pi, sqrt
+
+    if approximate == "tanh":
+        c = sqrt(2 / pi)
+        t = np.tanh(c * (x + 0.044715 * x**3))
+        dt = (1 - t**2) * c * (1 + 3 * 0.044715 * x**2)
+        return 0.5 * x * (1 + t), 0.5 * (1 + t) + 0.5 * x * dt
+    cdf = 0.5 * (1 + np.vectorize(erf)(x / sqrt(2)))
+    return x * cdf, cdf + x * np.exp(-0.5 * x * x) / sqrt(2 * pi)
+
+
+@HALVES
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_gelu_and_its_backward_round_once(nb, dtype, approximate) -> None:
+    rng = np.random.default_rng(12)
+    x = rounded(rng, (70, 300), dtype, 3)  # 21,000 elements: several chunks and threads
+    dy = rounded(rng, (70, 300), dtype)
+    xt = nb.from_numpy(x)
+    y = nb.to_numpy(nb.gelu(xt, approximate)).astype(np.float64)
+    dx = nb.to_numpy(nb.gelu_backward(nb.from_numpy(dy), xt, approximate)).astype(np.float64)
+    x64, dy64 = x.astype(np.float64), dy.astype(np.float64)
+    f, df = gelu64(x64, approximate)
+    # one rounding (u) plus float32's erf/exp (a few 2^-24, relative to |x|)
+    assert np.all(np.abs(y - f) <= U[dtype] * np.abs(f) + 2.0**-20 * np.abs(x64) + TINY[dtype])
+    want = dy64 * df
+    tol = U[dtype] * np.abs(want) + 2.0**-20 * np.abs(dy64) * (1 + np.abs(x64)) + TINY[dtype]
+    assert np.all(np.abs(dx - want) <= tol)
+
+
+@HALVES
+def test_softmax_backward_rounds_once(nb, dtype) -> None:
+    rng = np.random.default_rng(13)
+    x64 = rng.standard_normal((300, 200)) * 3
+    e = np.exp(x64 - x64.max(-1, keepdims=True))
+    y = (e / e.sum(-1, keepdims=True)).astype(dtype)
+    dy = rounded(rng, (300, 200), dtype)
+    got = nb.to_numpy(nb.softmax_backward(nb.from_numpy(dy), nb.from_numpy(y)))
+    assert got.dtype == dtype
+    y64, dy64 = y.astype(np.float64), dy.astype(np.float64)
+    s = (dy64 * y64).sum(-1, keepdims=True)
+    want = y64 * (dy64 - s)
+    scale = y64 * (np.abs(dy64) + (np.abs(dy64) * y64).sum(-1, keepdims=True))
+    tol = U[dtype] * np.abs(want) + 200 * 2.0**-23 * scale + TINY[dtype]
+    assert np.all(np.abs(got.astype(np.float64) - want) <= tol)
