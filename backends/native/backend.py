@@ -269,6 +269,8 @@ class NativeBackend(NativeAttention, NativeLinearGelu, NativeHalf, NativePrimiti
     def add_layer_norm(
         self, x: Tensor, r: Tensor, gamma: Tensor, beta: Tensor, eps: float
     ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        if x.dtype in HALF:
+            return self.half_add_layer_norm(x, r, gamma, beta, eps)
         dt, (rows, cols) = x.dtype, self._rows(x)
         s, sp = self._out(x.shape, dt)
         y, yp = self._out(x.shape, dt)
@@ -313,6 +315,8 @@ class NativeBackend(NativeAttention, NativeLinearGelu, NativeHalf, NativePrimiti
 
     # -- embedding and cross-entropy --------------------------------------------------------
     def embedding(self, table: Tensor, ids: Tensor) -> Tensor:
+        if table.dtype in HALF:
+            return self.half_embedding(table, ids)
         cols = table.shape[1]
         out, p = self._out((*ids.shape, cols), table.dtype)
         self._fn("embedding", table.dtype)(self._in(table), self._ids(ids), p, ids.size, cols)

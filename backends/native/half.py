@@ -205,6 +205,29 @@ class NativeHalf:
         self._check(status, "layer_norm")
         return y, mean, rstd
 
+    def half_add_layer_norm(
+        self, x: Tensor, r: Tensor, gamma: Tensor, beta: Tensor, eps: float
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """s and y in ``x.dtype`` (y normalises the float32 sum, not the rounded s, as the
+        float32 op does); mean and rstd in float32."""
+        rows, cols = self._rows(x)
+        s, sp = self._out(x.shape, x.dtype)
+        y, yp = self._out(x.shape, x.dtype)
+        mean, mp = self._out(x.shape[:-1], _F32)
+        rstd, rp = self._out(x.shape[:-1], _F32)
+        ins = (self._in(x), self._in(r), self._in(gamma), self._in(beta))
+        status = self._lib.half_add_layer_norm(
+            *ins, sp, yp, mp, rp, rows, cols, eps, KIND[x.dtype], self._f16c
+        )
+        self._check(status, "add_layer_norm")
+        return s, y, mean, rstd
+
+    def half_embedding(self, table: Tensor, ids: Tensor) -> Tensor:
+        """Rows copied bit for bit: a gather rounds nothing."""
+        rows = bits(np.ascontiguousarray(view(table)).reshape(-1)).reshape(table.shape)
+        picked = np.take(rows, np.asarray(view(ids), dtype=np.int64), axis=0)
+        return self.result(picked.view(table.dtype), table.dtype)
+
     def _widened(self, method: Any, *args: Any) -> Tensor:
         """``method`` (the float32 one) on float32 copies of the 2-byte tensor operands,
         its result rounded once back: the layouts and sizes the C kernel does not take."""

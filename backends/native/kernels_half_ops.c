@@ -117,6 +117,28 @@ int half_layer_norm(const uint16_t *x, const uint16_t *g, const uint16_t *b, uin
     return status;
 }
 
+/* s = x + res and LayerNorm of s (unrounded: the float32 sum, as the widened path has it),
+ * s and y rounded once each; mean and rstd float32. */
+int half_add_layer_norm(const uint16_t *x, const uint16_t *res, const uint16_t *g,
+                        const uint16_t *b, uint16_t *s, uint16_t *y, float *mean, float *rstd,
+                        int64_t rows, int64_t cols, double eps, int kind, int f16c) {
+    float *gb = (float *)rift_alloc(sizeof(float) * (size_t)(2 * cols + 1));
+    if (!gb) return -1;
+    rift_to_f32_chunk(g, gb, cols, kind, f16c);
+    rift_to_f32_chunk(b, gb + cols, cols, kind, f16c);
+    int status = 0;
+    RIFT_HALF_ROWS(rows, cols, 2 * cols, {
+        rift_to_f32_chunk(x + r * cols, w, cols, kind, f16c);
+        rift_to_f32_chunk(res + r * cols, w + cols, cols, kind, f16c);
+        add_row_f32(w, w + cols, w, cols);
+        rift_from_f32_chunk(w, s + r * cols, cols, kind, f16c);
+        ln_row_f32(w, gb, gb + cols, w + cols, mean + r, rstd + r, cols, (float)eps);
+        rift_from_f32_chunk(w + cols, y + r * cols, cols, kind, f16c);
+    });
+    free(gb);
+    return status;
+}
+
 /* -- matmul: float32 tiles from 2-byte panels ------------------------------------------ */
 /* Rows of C per float32 tile a thread computes and rounds while it is in cache. */
 #define RIFT_HALF_TILE_ROWS 128

@@ -233,3 +233,32 @@ def test_softmax_backward_rounds_once(nb, dtype) -> None:
     scale = y64 * (np.abs(dy64) + (np.abs(dy64) * y64).sum(-1, keepdims=True))
     tol = U[dtype] * np.abs(want) + 200 * 2.0**-23 * scale + TINY[dtype]
     assert np.all(np.abs(got.astype(np.float64) - want) <= tol)
+
+
+@HALVES
+def test_add_layer_norm_normalises_the_float32_sum(nb, dtype) -> None:
+    rng = np.random.default_rng(14)
+    x, r = rounded(rng, (130, 200), dtype, 3), rounded(rng, (130, 200), dtype, 3)
+    g, b = rounded(rng, (200,), dtype), rounded(rng, (200,), dtype)
+    s, y, mean, rstd = nb.add_layer_norm(*(nb.from_numpy(a) for a in (x, r, g, b)), 1e-5)
+    assert (s.dtype, y.dtype, mean.dtype, rstd.dtype) == (dtype, dtype, np.float32, np.float32)
+    s64 = x.astype(np.float64) + r.astype(np.float64)  # exact: two 2-byte values
+    assert np.array_equal(bits(nb.to_numpy(s)), bits(s64.astype(dtype)))
+    mu = s64.mean(-1)
+    rs = 1 / np.sqrt(((s64 - mu[:, None]) ** 2).mean(-1) + 1e-5)
+    assert np.allclose(nb.to_numpy(mean), mu, rtol=1e-6, atol=1e-6)
+    assert np.allclose(nb.to_numpy(rstd), rs, rtol=1e-5)
+    exact = (s64 - mu[:, None]) * rs[:, None] * g.astype(np.float64) + b.astype(np.float64)
+    scale = np.abs(s64 - mu[:, None]) * rs[:, None] * np.abs(g.astype(np.float64))
+    tol = U[dtype] * np.abs(exact) + 1e-5 * (scale + np.abs(b.astype(np.float64))) + 1e-6
+    assert np.all(np.abs(nb.to_numpy(y).astype(np.float64) - exact) <= tol)
+
+
+@HALVES
+def test_embedding_gathers_rows_bit_for_bit(nb, dtype) -> None:
+    pats = np.arange(0, 1 << 16, 64, dtype=np.uint32).astype(np.uint16)  # NaNs and all
+    table = pats.reshape(64, 16).view(dtype)
+    ids = np.array([[3, 0, 63], [3, 5, 62]], dtype=np.int64)
+    got = nb.to_numpy(nb.embedding(nb.from_numpy(table), nb.from_numpy(ids)))
+    assert got.dtype == dtype and got.shape == (2, 3, 16)
+    assert np.array_equal(bits(got), pats.reshape(64, 16)[ids])
