@@ -60,7 +60,7 @@ class _SingleThreadedBlas:
             self._blas.set_threads(self._prev)
 
 
-class NativeBackend(NativeAttention, NativeLinearGelu, NativeHalf, NativePrimitives, CPUBackend):
+class NativeBackend(NativeHalf, NativeAttention, NativeLinearGelu, NativePrimitives, CPUBackend):
     name: ClassVar[str] = "native"
     priority: ClassVar[int] = 5
     #: named on the conformance certificate with their versions (an extra, not a requirement)

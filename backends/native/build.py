@@ -126,7 +126,7 @@ int half_add_layer_norm(uint16_t *x, uint16_t *res, uint16_t *g, uint16_t *b, ui
                         double eps, int kind, int f16c);
 int half_matmul(void *fn, int ta, int tb, int64_t M, int64_t N, int64_t K, uint16_t *A,
                 int64_t lda, uint16_t *B, int64_t ldb, uint16_t *C, uint16_t *bias, float *a,
-                float *b, int kind, int f16c);
+                float *b, uint16_t *Y, int approx, int kind, int f16c);
 """
 CDEF = (
     "int rift_num_threads(void);\n"

@@ -236,9 +236,10 @@ class NativeHalf:
         return self.cast(method(*wide), dtype)
 
     def _half_matmul(
-        self, a: Tensor, b: Tensor, ta: bool, tb: bool, bias: Tensor | None
-    ) -> Tensor | None:
-        """The C kernel for 2-D operands each with a unit stride; None otherwise."""
+        self, a: Tensor, b: Tensor, ta: bool, tb: bool, bias: Tensor | None, gelu: str = ""
+    ) -> tuple[Tensor, Tensor | None] | None:
+        """``(op(a) op(b) + bias, gelu of it or None)`` by the C kernel, for 2-D operands
+        each with a unit stride; None otherwise. ``gelu``: "" none, else its form."""
         gemm = self._gemm.get(_F32)
         la, lb = matrix_layout(a), matrix_layout(b)
         if gemm is None or a.ndim != 2 or b.ndim != 2 or la is None or lb is None:
@@ -249,35 +250,53 @@ class NativeHalf:
         if m * n * k < SMALL_GEMM or 0 in (m, n, k):
             return None
         out, p = self._out((m, n), a.dtype)
+        y, yp = self._out((m, n), a.dtype) if gelu else (None, self._ffi.NULL)
         bp = self._ffi.NULL if bias is None else self._in(bias)
         a_t, a32 = self._out((m * k,), _F32)  # float32 copies of A and B (pooled scratch)
         b_t, b32 = self._out((k * n,), _F32)
         with self._single_blas():
             status = self._lib.half_matmul(
                 gemm, ta != la[1], tb != lb[1], m, n, k, self._at(a), la[0], self._at(b), lb[0],
-                p, bp, a32, b32, KIND[a.dtype], self._f16c,
+                p, bp, a32, b32, yp, int(gelu == "tanh"), KIND[a.dtype], self._f16c,
             )  # fmt: skip
         del a32, b32  # the pointers first: the pool recycles only unreferenced buffers
         del a_t, b_t
-        self._check(status, "matmul" if bias is None else "linear")
-        return out
+        self._check(status, "linear_gelu" if gelu else "matmul" if bias is None else "linear")
+        return out, y
 
     def matmul(self, a: Tensor, b: Tensor, transpose_a: bool, transpose_b: bool) -> Tensor:
         if a.dtype not in HALF:
             return super().matmul(a, b, transpose_a, transpose_b)  # type: ignore[misc]
-        out = self._half_matmul(a, b, transpose_a, transpose_b, None)
-        if out is not None:
-            return out
+        done = self._half_matmul(a, b, transpose_a, transpose_b, None)
+        if done is not None:
+            return done[0]
         wide = super().matmul  # type: ignore[misc]
         return self._widened(lambda x, y: wide(x, y, transpose_a, transpose_b), a, b)
 
     def linear(self, x: Tensor, w: Tensor, bias: Tensor | None) -> Tensor:
         if x.dtype not in HALF:
             return super().linear(x, w, bias)  # type: ignore[misc]
-        out = self._half_matmul(x, w, False, False, bias)
-        if out is not None:
-            return out
+        done = self._half_matmul(x, w, False, False, bias)
+        if done is not None:
+            return done[0]
         wide = super().linear  # type: ignore[misc]
         if bias is None:
             return self._widened(lambda a, b: wide(a, b, None), x, w)
         return self._widened(wide, x, w, bias)
+
+    def linear_gelu(
+        self, x: Tensor, weight: Tensor, bias: Tensor, approximate: str
+    ) -> tuple[Tensor, Tensor]:
+        """``(gelu(h), h)`` with ``h = x @ weight + bias`` in float32, each rounded once
+        (GELU reads the float32 h, not the rounded one)."""
+        if x.dtype not in HALF:
+            return super().linear_gelu(x, weight, bias, approximate)  # type: ignore[misc]
+        done = self._half_matmul(x, weight, False, False, bias, approximate)
+        if done is not None:
+            h, y = done
+            assert y is not None
+            return y, h
+        wide = super().linear_gelu  # type: ignore[misc]
+        dtype = x.dtype
+        y32, h32 = wide(*(self.cast(t, _F32) for t in (x, weight, bias)), approximate)
+        return self.cast(y32, dtype), self.cast(h32, dtype)

@@ -157,11 +157,12 @@ static void rift_widen_matrix(const uint16_t *x, int64_t rows, int64_t cols, int
  * kept, so transposed views need no copy (the caller's: recycled buffers, where malloc
  * would page-fault 16 MB back in on every call); each thread multiplies its part of C tile
  * by tile into float32 scratch (blas_matmul's parts, the BLAS single-threaded per thread),
- * adds the float32 bias and rounds the tile once into C. Returns 0, or -1 when scratch
- * memory could not be allocated. */
+ * adds the float32 bias and rounds the tile once into C. With Y (linear_gelu), GELU of the
+ * float32 tile (approx: the tanh form) is rounded once into Y as well. Returns 0, or -1
+ * when scratch memory could not be allocated. */
 int half_matmul(void *fn, int ta, int tb, int64_t M, int64_t N, int64_t K, const uint16_t *A,
                 int64_t lda, const uint16_t *B, int64_t ldb, uint16_t *C, const uint16_t *bias,
-                float *a, float *b, int kind, int f16c) {
+                float *a, float *b, uint16_t *Y, int approx, int kind, int f16c) {
     int64_t ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
     float *bf = (float *)rift_alloc(sizeof(float) * (size_t)(N + 1));
     int status = bf ? 0 : -1;
@@ -191,8 +192,14 @@ int half_matmul(void *fn, int ta, int tb, int64_t M, int64_t N, int64_t K, const
                 int64_t mb = m1 - i0 < RIFT_HALF_TILE_ROWS ? m1 - i0 : RIFT_HALF_TILE_ROWS;
                 gemm_part_f32(gemm, 0, 1, 0, ta, tb, mb, nb, K, ta ? a + i0 : a + i0 * ac, ac,
                               tb ? b + n0 * bc : b + n0, bc, tile, nb, bias ? bf + n0 : NULL);
-                for (int64_t i = 0; i < mb; i++)
-                    rift_from_f32_chunk(tile + i * nb, C + (i0 + i) * N + n0, nb, kind, f16c);
+                for (int64_t i = 0; i < mb; i++) {
+                    float *h = tile + i * nb;
+                    rift_from_f32_chunk(h, C + (i0 + i) * N + n0, nb, kind, f16c);
+                    if (Y) {
+                        gelu_chunk_f32(h, h, nb, approx);
+                        rift_from_f32_chunk(h, Y + (i0 + i) * N + n0, nb, kind, f16c);
+                    }
+                }
             }
             free(tile);
         }

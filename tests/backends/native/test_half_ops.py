@@ -262,3 +262,27 @@ def test_embedding_gathers_rows_bit_for_bit(nb, dtype) -> None:
     got = nb.to_numpy(nb.embedding(nb.from_numpy(table), nb.from_numpy(ids)))
     assert got.dtype == dtype and got.shape == (2, 3, 16)
     assert np.array_equal(bits(got), pats.reshape(64, 16)[ids])
+
+
+@HALVES
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_linear_gelu_applies_gelu_to_the_float32_sum(nb, dtype, approximate) -> None:
+    rng = np.random.default_rng(15)
+    x, w, bias = (
+        rounded(rng, (260, 64), dtype),
+        rounded(rng, (64, 96), dtype),
+        rounded(rng, (96,), dtype),
+    )
+    y, h = nb.linear_gelu(*(nb.from_numpy(a) for a in (x, w, bias)), approximate)
+    assert y.dtype == dtype and h.dtype == dtype and y.shape == h.shape == (260, 96)
+    x64, w64 = x.astype(np.float64), w.astype(np.float64)
+    exact_h = x64 @ w64 + bias.astype(np.float64)
+    tol_h = product_tolerance(dtype, x64, w64, exact_h)
+    assert np.all(np.abs(nb.to_numpy(h).astype(np.float64) - exact_h) <= tol_h)
+    f, df = gelu64(exact_h, approximate)
+    tol_y = (
+        U[dtype] * np.abs(f)
+        + np.abs(df) * (tol_h - U[dtype] * np.abs(exact_h))
+        + 2.0**-20 * np.abs(exact_h)
+    )
+    assert np.all(np.abs(nb.to_numpy(y).astype(np.float64) - f) <= tol_y + TINY[dtype])
