@@ -29,6 +29,13 @@ void half_binary(int op, const uint16_t *a, int64_t sa, const uint16_t *b, int64
     }
 }
 
+/* Two 2-byte rows of `cols` widened into w[0, cols) and w[cols, 2 cols). */
+static void rift_widen_rows(const uint16_t *a, const uint16_t *b, float *w, int64_t cols,
+                            int kind, int f16c) {
+    rift_to_f32_chunk(a, w, cols, kind, f16c);
+    rift_to_f32_chunk(b, w + cols, cols, kind, f16c);
+}
+
 /* A float32 row buffer per thread: every thread reaches the worksharing loop (OpenMP
  * requires it) and one without a buffer only records the failure. */
 #define RIFT_HALF_ROWS(rows, cols, width, ...)                                             \
@@ -63,8 +70,7 @@ int half_softmax_backward(const uint16_t *dy, const uint16_t *y, uint16_t *dx, i
                           int64_t cols, int kind, int f16c) {
     int status = 0;
     RIFT_HALF_ROWS(rows, cols, 2 * cols, {
-        rift_to_f32_chunk(dy + r * cols, w, cols, kind, f16c);
-        rift_to_f32_chunk(y + r * cols, w + cols, cols, kind, f16c);
+        rift_widen_rows(dy + r * cols, y + r * cols, w, cols, kind, f16c);
         softmax_bwd_row_f32(w, w + cols, w, cols);
         rift_from_f32_chunk(w, dx + r * cols, cols, kind, f16c);
     });
@@ -105,8 +111,7 @@ int half_layer_norm(const uint16_t *x, const uint16_t *g, const uint16_t *b, uin
                     int f16c) {
     float *gb = (float *)rift_alloc(sizeof(float) * (size_t)(2 * cols + 1));
     if (!gb) return -1;
-    rift_to_f32_chunk(g, gb, cols, kind, f16c);
-    rift_to_f32_chunk(b, gb + cols, cols, kind, f16c);
+    rift_widen_rows(g, b, gb, cols, kind, f16c);
     int status = 0;
     RIFT_HALF_ROWS(rows, cols, cols, {
         rift_to_f32_chunk(x + r * cols, w, cols, kind, f16c);
@@ -124,12 +129,10 @@ int half_add_layer_norm(const uint16_t *x, const uint16_t *res, const uint16_t *
                         int64_t rows, int64_t cols, double eps, int kind, int f16c) {
     float *gb = (float *)rift_alloc(sizeof(float) * (size_t)(2 * cols + 1));
     if (!gb) return -1;
-    rift_to_f32_chunk(g, gb, cols, kind, f16c);
-    rift_to_f32_chunk(b, gb + cols, cols, kind, f16c);
+    rift_widen_rows(g, b, gb, cols, kind, f16c);
     int status = 0;
     RIFT_HALF_ROWS(rows, cols, 2 * cols, {
-        rift_to_f32_chunk(x + r * cols, w, cols, kind, f16c);
-        rift_to_f32_chunk(res + r * cols, w + cols, cols, kind, f16c);
+        rift_widen_rows(x + r * cols, res + r * cols, w, cols, kind, f16c);
         add_row_f32(w, w + cols, w, cols);
         rift_from_f32_chunk(w, s + r * cols, cols, kind, f16c);
         ln_row_f32(w, gb, gb + cols, w + cols, mean + r, rstd + r, cols, (float)eps);
