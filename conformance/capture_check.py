@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import riftco
 from riftco.errors import DeviceLostError
+from riftco.ops.dispatch import composite_of
 from riftco.ops.opunit import OpUnit
 from riftco.ops.samples import Arr, Ctx
 from riftco.tensor import Tensor
@@ -60,7 +61,8 @@ def _run(unit: OpUnit, ctx: Ctx, backend: Any, res: CaseResult, composite: bool)
     start = time.perf_counter()
     samples = unit.samples
     assert samples is not None
-    fn = unit.composite if composite else unit.function or getattr(riftco.ops, unit.name)
+    function = unit.function or getattr(riftco.ops, unit.name)
+    fn = composite_of(unit, function) if composite else function
     assert fn is not None
     written = _written(unit)
     try:

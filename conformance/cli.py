@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from riftco.dtypes import is_float
 
 DEFAULT_MAX_EXAMPLES = 25  # mirrored in runner.py (importing it needs hypothesis)
 
@@ -167,11 +168,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     for target in targets:
         target.ops = patterns
         device = target.entry.devices()[target.index]
-        unknown = [d for d in only if d not in device.dtypes or np.dtype(d).kind != "f"]
+        floats = [d for d in device.dtypes if is_float(_dtype(d))]
+        unknown = [d for d in only if d not in floats]
         if unknown:
             print(
                 f"riftco conformance: --dtypes {','.join(unknown)}: {target.label} has float "
-                f"dtypes {', '.join(d for d in device.dtypes if d.startswith('float'))}",
+                f"dtypes {', '.join(floats)}",
                 file=sys.stderr,
             )
             return 2
@@ -247,3 +249,10 @@ def _dumps(report: dict[str, Any]) -> str:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+def _dtype(name: str) -> np.dtype | None:
+    try:
+        return np.dtype(name)
+    except TypeError:  # bfloat16 without ml_dtypes
+        return None

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import riftco
 from riftco.backend import PROTOCOL_VERSION, Capabilities, DeviceInfo
+from riftco.dtypes import is_float
 from riftco.ops.opunit import OpUnit, units
 from riftco.ops.samples import ErrorSample
 from riftco.tensor import Tensor
@@ -273,7 +274,7 @@ def protocol_results(cls: type, backend: Any, device: DeviceInfo | None) -> list
         if not isinstance(caps, Capabilities):
             return f"capabilities() returned {type(caps).__name__}, not Capabilities"
         extra = set(caps.fused) - {u.name for u in units("fused")}
-        floats = {d for d in caps.dtypes if np.dtype(d).kind == "f"}
+        floats = {d for d in caps.dtypes if is_float(d)}
         if extra or not floats:
             return f"unknown fused ops {sorted(extra)} or no float dtype in {caps.dtypes}"
         return ""

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 from riftco import ops
+from riftco.dtypes import compute_dtype
 from riftco.ops.samples import Arr, Example, broadcast_axis
 from riftco.tensor import Tensor
 
@@ -23,6 +24,8 @@ def host_value(arr: Arr, dtype: np.dtype) -> np.ndarray:
     """The logical values as the backend under test will hold them."""
     if arr.kind == "index":
         return arr.value.astype(arr.index_dtype or np.int32)
+    if arr.kind == "stat":  # saved statistics live in the compute dtype (float32 for half)
+        dtype = compute_dtype(np.dtype(dtype))
     with np.errstate(over="ignore", invalid="ignore"):
         return arr.value.astype(dtype)
 
@@ -88,7 +91,8 @@ def upload_args(example: Example, backend: Any, dtype: np.dtype, reference: bool
 
 def _one(a: Any, backend: Any, dtype: np.dtype, reference: bool) -> Any:
     if isinstance(a, float) and reference:
-        return float(np.dtype(dtype).type(a))  # the backend sees the scalar in its dtype
+        # the backend computes with the scalar in its compute dtype (float32 for half)
+        return float(compute_dtype(np.dtype(dtype)).type(a))
     if not isinstance(a, Arr):
         return a
     if reference:

@@ -33,6 +33,7 @@ from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 from riftco.errors import DeviceLostError
 from riftco.ops.comparison import Comparison, compare
+from riftco.ops.dispatch import composite_of
 from riftco.ops.opunit import OpUnit
 from riftco.ops.primitive.memory import storage_array
 from riftco.ops.samples import Ctx, Example, Params
@@ -114,7 +115,7 @@ class NumericCase:
 
     def _fn(self, reference: bool) -> Any:
         if self.force_composite and not reference:
-            return self.unit.composite
+            return composite_of(self.unit, self._fn(True))
         return self.unit.function or getattr(riftco.ops, self.unit.name)
 
     def check(self, params: Params) -> None:
@@ -156,9 +157,8 @@ class NumericCase:
             **self.tol.as_dict(),
             "atol_scale": max(scale, r.tolerance.get("atol_scale", 0)),
         }
-        comps = [
-            compare(n, g, e, self.tol, scale) for n, g, e in zip(names, got, exp, strict=False)
-        ]
+        tol = self.unit.tolerance.for_example(self.ctx.dtype, ex)
+        comps = [compare(n, g, e, tol, scale) for n, g, e in zip(names, got, exp, strict=False)]
         r.max_abs = max([r.max_abs or 0.0] + [c.max_abs for c in comps])
         r.max_rel = max([r.max_rel or 0.0] + [c.max_rel for c in comps])
         r.max_ratio = max([r.max_ratio or 0.0] + [c.max_ratio for c in comps])

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import riftco
+from riftco.dtypes import LOW_PRECISION, is_float
 from riftco.errors import DeviceLostError
 from riftco.ops.opunit import units
 from riftco.ops.samples import Ctx
@@ -57,7 +58,7 @@ class Target:
         return f"{self.entry.name}:{self.index}"
 
     def float_dtypes(self) -> tuple[np.dtype, ...]:
-        dts = sorted((d for d in self.backend.dtypes if np.dtype(d).kind == "f"), key=str)
+        dts = sorted((d for d in self.backend.dtypes if is_float(d)), key=str)
         return tuple(np.dtype(d) for d in dts)
 
     def checked_dtypes(self) -> tuple[np.dtype, ...]:
@@ -146,6 +147,10 @@ def plan(target: Target, run: RunSettings) -> list[PlannedCase]:
                     reason = "backend declares no index dtype (int32 or int64)"
                     planned.append(PlannedCase(cid, unit.name, _skipped(cid, unit.name, reason)))
                     continue
+                if unit.full_precision and dtype in LOW_PRECISION:
+                    reason = f"{unit.name} refuses {dtype.name}: optimizer state stays float32"
+                    planned.append(PlannedCase(cid, unit.name, _skipped(cid, unit.name, reason)))
+                    continue
                 case = NumericCase(unit, ctx, backend, target.reference, forced)
                 planned.append(PlannedCase(cid, unit.name, partial(_numeric, case, run)))
     for dtype in target.checked_dtypes():  # the capture section: eager vs replayed bits
@@ -153,8 +158,10 @@ def plan(target: Target, run: RunSettings) -> list[PlannedCase]:
         for unit in numeric_units():
             cid = capture_case_id(unit, dtype)
             assert unit.samples is not None
-            if not target.wanted(unit.name, cid) or (
-                unit.samples.needs_index and not ctx.index_dtypes
+            if (
+                not target.wanted(unit.name, cid)
+                or (unit.samples.needs_index and not ctx.index_dtypes)
+                or (unit.full_precision and dtype in LOW_PRECISION)
             ):
                 continue
             for forced in [False] + ([True] if unit.fused and unit.is_native(backend) else []):

@@ -31,11 +31,19 @@ Conventions shared by every method:
   paragraph naming the other optional ops the composite calls (``tests/ops/test_op_specs.py``
   holds them to the code). Conformance does not tell -0.0 from 0.0.
 
-Protocol version 1.3 (1.1 added the optional ``linear``/``linear_backward`` and
+* float16 and bfloat16 (``riftco.dtypes``) are storage dtypes a backend may declare. It
+  then runs the memory methods and ``cast`` on them itself; every other op computes in
+  float32 and rounds once to the output dtype, where statistics (mean, rstd, lse) and
+  losses stay float32. Core runs an op in float32 on the same backend, cast in and out
+  (``riftco.ops.widen``), unless the backend names it in ``low_precision_ops`` (the ops it
+  runs in half storage itself).
+
+Protocol version 1.5 (1.1 added the optional ``linear``/``linear_backward`` and
 ``attention_qkv``/``attention_qkv_backward``, 1.2 the optional ``adam_update_multi``, 1.3
 the optional ``add_layer_norm``/``add_layer_norm_backward`` and
-``linear_gelu``/``linear_gelu_backward``; an older 1.x backend runs the
-composites of what it lacks). A change
+``linear_gelu``/``linear_gelu_backward``, 1.4 the optional ``rms_norm``/``rms_norm_backward``,
+1.5 the float16/bfloat16 dtypes, ``cast`` between every float pair and
+``low_precision_ops``; an older 1.x backend runs the composites of what it lacks). A change
 that removes or alters a method bumps the major number; adding an optional fused op bumps
 the minor number.
 """
@@ -72,7 +80,7 @@ from .ops.primitive.select import COMPARE_OPS, SelectMethods  # noqa: F401  (re-
 from .ops.primitive.unary import UnaryMethods
 from .tensor import Tensor
 
-PROTOCOL_VERSION: tuple[int, int] = (1, 4)
+PROTOCOL_VERSION: tuple[int, int] = (1, 5)
 
 #: Every required method (a backend missing one is refused at load time), in unit order.
 PRIMITIVE_OPS: tuple[str, ...] = tuple(u.name for u in units() if u.kind != "fused")
@@ -179,6 +187,9 @@ class BackendBase:
     protocol_version: ClassVar[tuple[int, int]] = PROTOCOL_VERSION
     dtypes: ClassVar[frozenset[np.dtype]] = frozenset({np.dtype(np.float32), np.dtype(np.int32)})
     accepts_strided: ClassVar[bool] = False
+    #: ops this backend runs on float16/bfloat16 storage itself (computing in float32);
+    #: core widens the others through float32 (``riftco.ops.widen``)
+    low_precision_ops: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, device_index: int = 0) -> None:
         self.device_index = device_index

@@ -14,7 +14,7 @@ import numpy as np
 
 from .device import Device
 from .device import device as _device
-from .dtypes import as_dtype, float32, int32
+from .dtypes import as_dtype, float32, int32, is_float
 from .errors import DTypeError, OutOfMemoryError, ShapeError
 from .ops import allocate, fill_, full_like, upload
 from .tensor import Tensor
@@ -109,7 +109,7 @@ def randn(
     for 7.3 TiB of float64)."""
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
     dt = as_dtype(dtype, "randn")
-    if dt.kind != "f":
+    if not is_float(dt):
         raise DTypeError(f"[randn] needs a float dtype; got {dt.name}")
     dims = _shape(shape)
     if any(d < 0 for d in dims):

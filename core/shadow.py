@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from .device import Device
+from .dtypes import is_float
 from .errors import RiftcoError, ValidationError
 from .ops import dispatch  # the module: its ``validator`` global is the hook
 from .ops.comparison import compare
@@ -98,7 +99,7 @@ def _down(a: Any, ref: Any) -> Any:
     """One argument on the reference: float tensors widen to float64, lists recurse."""
     if isinstance(a, Tensor):
         arr = host_view(a)
-        return ref.from_numpy(arr.astype(np.float64) if arr.dtype.kind == "f" else arr)
+        return ref.from_numpy(arr.astype(np.float64) if is_float(arr.dtype) else arr)
     if isinstance(a, (list, tuple)):
         return type(a)(_down(x, ref) for x in a)
     return a

@@ -589,6 +589,50 @@ class ToNumpyReturnsBufferView(Base):
         return super().to_numpy(x)
 
 
+# -- half precision: backends that run an op in float16/bfloat16 storage themselves --------
+class SumAccumulatesInHalf(Base):
+    """Runs ``sum`` on half operands itself and accumulates in the operand dtype."""
+
+    low_precision_ops = frozenset({"sum"})
+
+    def sum(self, x: Tensor, axes: tuple[int, ...], keepdims: bool) -> Tensor:
+        v = view(x)
+        if v.dtype.itemsize != 2:
+            return super().sum(x, axes, keepdims)
+        acc = np.zeros(np.sum(v, axis=axes, keepdims=keepdims, dtype=np.float32).shape, v.dtype)
+        moved = np.moveaxis(v, axes, tuple(range(len(axes)))).reshape(-1, *acc.shape)
+        with np.errstate(over="ignore", invalid="ignore"):
+            for row in moved:  # one rounding per addition, as a half accumulator does
+                acc = (acc.astype(np.float32) + row.astype(np.float32)).astype(v.dtype)
+        return self.result(acc)
+
+
+class SoftmaxRoundsTwice(Base):
+    """Stores ``exp(x - max)`` in the operand dtype, then normalises: two roundings."""
+
+    low_precision_ops = frozenset({"softmax"})
+
+    def softmax(self, x: Tensor) -> Tensor:
+        v = view(x)
+        if v.dtype.itemsize != 2:
+            return super().softmax(x)
+        f = v.astype(np.float32)
+        e = np.exp(f - f.max(-1, keepdims=True)).astype(v.dtype).astype(np.float32)
+        return self.result((e / e.sum(-1, keepdims=True)).astype(v.dtype))
+
+
+class CastFlushesSubnormals(Base):
+    """float16 results below the smallest normal (2^-14) become zero (flush to zero)."""
+
+    def cast(self, x: Tensor, dtype: np.dtype) -> Tensor:
+        out = super().cast(x, dtype)
+        if np.dtype(dtype) == np.float16:
+            arr = out.numpy()
+            arr[np.abs(arr.astype(np.float32)) < 2.0**-14] = 0
+            return self.result(arr)
+        return out
+
+
 #: (mutant class, the op conformance must blame)
 MUTANTS: list[tuple[type[Base], str]] = [
     (AddReturnsFloat64, "add"),
@@ -606,6 +650,9 @@ MUTANTS: list[tuple[type[Base], str]] = [
     (CastRoundsToNearest, "cast"),
     (SumIgnoresKeepdims, "sum"),
     (SumInFloat16, "sum"),
+    (SumAccumulatesInHalf, "sum"),
+    (SoftmaxRoundsTwice, "softmax"),
+    (CastFlushesSubnormals, "cast"),
     (MaxDropsNaN, "max"),
     (ArgmaxLastTie, "argmax"),
     (MatmulIgnoresTransposeB, "matmul"),

@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 import numpy as np
 from riftco import ieee
 from riftco.backend import BackendBase, DeviceInfo
+from riftco.dtypes import LOW_PRECISION
 from riftco.ieee import LOUD, quiet
 from riftco.tensor import Storage, Tensor, dense_strides
 
@@ -65,8 +66,10 @@ def _ieee(method: Callable[..., Any]) -> Callable[..., Any]:
 class CPUBackend(FusedOps, OptimOps, BackendBase):
     name: ClassVar[str] = "cpu"
     priority: ClassVar[int] = 0
-    dtypes: ClassVar[frozenset[np.dtype]] = frozenset(
-        np.dtype(t) for t in (np.float32, np.float64, np.int32, np.int64)
+    #: float16 and bfloat16 (with ml_dtypes) as storage: the memory methods and ``cast``
+    #: run here, every other op in float32 rounded once (core's ``riftco.ops.widen``).
+    dtypes: ClassVar[frozenset[np.dtype]] = (
+        frozenset(np.dtype(t) for t in (np.float32, np.float64, np.int32, np.int64)) | LOW_PRECISION
     )
     accepts_strided: ClassVar[bool] = True
 
@@ -81,7 +84,7 @@ class CPUBackend(FusedOps, OptimOps, BackendBase):
             DeviceInfo(
                 0,
                 "host CPU (numpy)",
-                ("float32", "float64", "int32", "int64"),
+                tuple(sorted(d.name for d in cls.dtypes)),
                 {"threads": os.cpu_count() or 1},
             )
         ]

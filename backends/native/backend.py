@@ -63,6 +63,10 @@ class _SingleThreadedBlas:
 class NativeBackend(NativeHalf, NativeAttention, NativeLinearGelu, NativePrimitives, CPUBackend):
     name: ClassVar[str] = "native"
     priority: ClassVar[int] = 5
+    #: not the CPU reference's half dtypes: its C kernels convert no 16-bit storage yet
+    dtypes: ClassVar[frozenset[np.dtype]] = frozenset(
+        np.dtype(t) for t in (np.float32, np.float64, np.int32, np.int64)
+    )
     #: named on the conformance certificate with their versions (an extra, not a requirement)
     libraries: ClassVar[tuple[str, ...]] = ("cffi",)
 

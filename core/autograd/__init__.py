@@ -35,6 +35,7 @@ from .operations import (
     add,
     as_variable,
     broadcast_to,
+    cast,
     concatenate_last_axis,
     div,
     exp,
@@ -79,6 +80,7 @@ def _install() -> None:
         "sum_to_shape", "exp", "log", "sqrt", "tanh",
     ):  # fmt: skip
         setattr(v, name, getattr(_o, name))
+    v.astype = _o.cast
     v.gelu = gelu
     v.softmax = softmax
     v.T = property(lambda self: _o.transpose(self))

@@ -216,3 +216,11 @@ def split_last_axis(x: Variable, sizes: Sequence[int]) -> list[Variable]:
         outs.append(make(piece, "split_last_axis", (x,), rule))
         start += piece.shape[-1]
     return outs
+
+
+def cast(x: Any, dtype: Any) -> Variable:
+    """``x`` in another float dtype; the gradient comes back in ``x``'s dtype (so float32
+    master weights cast to bfloat16 for a step receive float32 gradients)."""
+    from ..ops.primitive.select import CAST
+
+    return apply(CAST, x, dtype)

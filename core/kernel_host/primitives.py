@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..backend import ElementwiseByName
+from ..dtypes import is_float
 from ..errors import ShapeError
 from .host import PlanBase
 from .layout import reduction_groups
@@ -101,7 +102,7 @@ class PrimitivePlans(ElementwiseByName, PlanBase):
         dtype = np.dtype(dtype)
         out = self.empty(x.shape, dtype)
         defines = {"SRC": c_type(x.dtype)}
-        if x.dtype.kind == "f" and dtype.kind == "i":  # saturating, NaN -> 0 (cast.cl)
+        if is_float(x.dtype) and dtype.kind == "i":  # saturating, NaN -> 0 (cast.cl)
             bits = dtype.itemsize * 8 - 1
             top = f"{2**bits - 1}{'L' if bits > 31 else ''}"
             defines |= {"CAST_LIMIT": repr(2.0**bits), "CAST_MAX": top, "CAST_MIN": f"(-{top} - 1)"}

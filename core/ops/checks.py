@@ -43,6 +43,32 @@ def same_backend(op: str, *xs: Tensor) -> Backend:
     return backend
 
 
+def full_precision(op: str, x: Tensor, what: str) -> None:
+    """Optimizer state and weights stay float32/float64: an update smaller than half an
+    ulp of the weight (2^-9 of it in bfloat16) would vanish, and with it the training."""
+    if x.dtype in _dt.LOW_PRECISION:
+        raise DTypeError(
+            f"[{op}] {what} is {x.dtype.name} {x.shape}; the optimizer keeps float32 master "
+            "weights and state (cast a low-precision copy for the forward pass, as "
+            "`riftco train --precision bf16-mixed` does)"
+        )
+
+
+def statistics(op: str, like: Tensor, **saved: Tensor) -> None:
+    """Saved statistics (mean, rstd, lse, loss rows) beside ``like``: on its backend and in
+    its compute dtype (float32 for float16/bfloat16 operands, whose statistics are kept in
+    float32; the operand dtype otherwise)."""
+    want = _dt.compute_dtype(like.dtype)
+    for name, t in saved.items():
+        tensor(op, t, name)
+        same_backend(op, like, t)
+        if t.dtype != want:
+            raise DTypeError(
+                f"[{op}] {name} must be {want.name} for {like.dtype.name} operands (statistics "
+                f"are kept in the compute dtype); got {t.dtype.name}"
+            )
+
+
 def same_shape(op: str, *xs: Tensor) -> None:
     shape = xs[0].shape
     if any(x.shape != shape for x in xs[1:]):
@@ -63,7 +89,10 @@ def same_dtype(op: str, *xs: Tensor) -> None:
 def floats(op: str, *xs: Tensor) -> None:
     for x in xs:
         if x.dtype not in FLOATS:
-            raise DTypeError(f"[{op}] expects float32 or float64 operands; got {x.dtype.name}")
+            raise DTypeError(
+                f"[{op}] expects float operands (float16, bfloat16, float32, float64); "
+                f"got {x.dtype.name}"
+            )
 
 
 def index(op: str, ids: Tensor, what: str) -> None:

@@ -4,6 +4,8 @@ An op module validates its operands (``checks``), works out what the result must
 like (an :class:`Out` per output) and calls :func:`dispatch`, which
 
 1. runs the backend's own method when its class defines one, else the unit's composite;
+   float16/bfloat16 operands of an op the backend does not run in low precision itself
+   run in float32 on the same backend, cast in and out (``widen``);
 2. hands a backend that does not declare ``accepts_strided`` dense operands only (a view
    is materialised by that backend's ``copy_strided`` first);
 3. lets the shadow validator (``RIFTCO_VALIDATE=cpu``) look before and after;
@@ -23,15 +25,18 @@ from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import numpy as np
 
+from ..dtypes import LOW_PRECISION as _LOW
 from ..errors import BackendContractError, OutOfMemoryError
 from ..tensor import Tensor
+from . import widen
 from .capture_hooks import ACTIVE
-from .opunit import OpUnit
+from .opunit import OpUnit, unit
 
 if TYPE_CHECKING:
     from ..backend import Backend
@@ -83,7 +88,9 @@ def dispatch(
     r = ACTIVE.recorder
     if r is not None:  # riftco.capture: see each backend a recorded step reaches
         r.see(backend)
-    fn = getattr(backend, unit.name, None)
+    fn = None if _forced and unit.name in _forced else getattr(backend, unit.name, None)
+    if _LOW and not _LOW.isdisjoint(backend.dtypes) and widen.needed(unit, backend, args, fn):
+        return widen.run(unit, backend, args, expect, _again(prep), _cast, Out)
     try:  # free when nothing raises (zero-cost exception handling)
         if fn is None:
             if unit.composite is None:  # a required method: plugins refuse such backends
@@ -116,6 +123,42 @@ def dispatch(
         expect = Out(expect.shape, expect.dtype)
     check_result(unit, backend, args, out, expect)
     return out
+
+
+#: Ops whose backend method dispatch passes over for the composite (conformance checks the
+#: composite of an op a backend has natively through the same path users take).
+_forced: set[str] = set()
+
+
+@contextmanager
+def composite_forced(name: str) -> Iterator[None]:
+    """Run ``name``'s composite even where the backend defines the op (not thread-safe:
+    for conformance, which runs one case at a time)."""
+    _forced.add(name)
+    try:
+        yield
+    finally:
+        _forced.discard(name)
+
+
+def composite_of(unit: OpUnit, function: Any) -> Any:
+    """``function`` (``unit``'s public function) with the composite forced: validated
+    operands, the float32 widening of half operands, the result contract, as for any call."""
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        with composite_forced(unit.name):
+            return function(*args, **kwargs)
+
+    return run
+
+
+def _cast(x: Tensor, dtype: np.dtype) -> Tensor:
+    """``riftco.ops.cast`` for widening (operands already validated: no checks again)."""
+    return dispatch(unit("cast"), x.backend, (x, dtype), Out(x.shape, dtype))
+
+
+def _again(prep: bool) -> Any:
+    return lambda unit, backend, args, expect: dispatch(unit, backend, args, expect, prep)
 
 
 def out_of_memory(

@@ -28,6 +28,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from ..dtypes import FLOAT_DTYPES, LOW_PRECISION, SMALLEST_SUBNORMAL, UNIT_ROUNDOFF
+
 if TYPE_CHECKING:
     from ..tensor import Tensor
     from .samples import ErrorSample, Example, Samples, SampleSet
@@ -37,16 +39,22 @@ Kind = Literal["memory", "primitive", "fused"]
 
 @dataclass(frozen=True)
 class Tolerance:
-    """``|got - expected| <= atol * scale + rtol * |expected|``, element by element."""
+    """``|got - expected| <= atol * scale + rtol * |expected| + floor``, element by element.
+
+    ``floor`` is absolute and scale-free: one subnormal step of a low-precision output,
+    where the dtype's spacing stops being relative (float16 below 2^-14)."""
 
     atol: float
     rtol: float
+    floor: float = 0.0
 
     def __str__(self) -> str:
-        return f"atol={self.atol:.0e} rtol={self.rtol:.0e}"
+        text = f"atol={self.atol:.0e} rtol={self.rtol:.0e}"
+        return text + (f" floor={self.floor:.0e}" if self.floor else "")
 
     def as_dict(self) -> dict[str, float]:
-        return {"atol": self.atol, "rtol": self.rtol}
+        out = {"atol": self.atol, "rtol": self.rtol}
+        return out | ({"floor": self.floor} if self.floor else {})
 
 
 EXACT = Tolerance(0.0, 0.0)
@@ -69,12 +77,46 @@ class Tolerances:
     exact: bool = False
     scale: Callable[[Example], float] | None = None
     why: str = ""
+    #: the op takes a forward output rounded to a low-precision dtype (``out``) that a
+    #: valid implementation may use as given or rebuild from the other operands (they
+    #: agree while ``out`` is exact): the two differ by up to u relative per element of
+    #: it, and this function of the example bounds what that moves a result element by,
+    #: per unit of u; a low-precision comparison allows that much more, absolutely
+    rebuilds_saved: Callable[[Example], float] | None = None
 
     def for_dtype(self, dtype: np.dtype | str) -> Tolerance:
-        name = np.dtype(dtype).name
-        if self.exact or name not in ("float32", "float64"):
+        dt = np.dtype(dtype)
+        if self.exact or dt not in FLOAT_DTYPES:
             return EXACT
-        return self.float32 if name == "float32" else self.float64
+        if dt == np.float32:
+            return self.float32
+        if dt == np.float64:
+            return self.float64
+        return low_precision(self.float32, dt)
+
+    def for_example(self, dtype: np.dtype, example: Example) -> Tolerance:
+        """``for_dtype``, plus what a rebuilt saved output may cost on this example."""
+        tol = self.for_dtype(dtype)
+        dt = np.dtype(dtype)
+        if self.rebuilds_saved is None or dt not in LOW_PRECISION:
+            return tol
+        extra = UNIT_ROUNDOFF[dt] * self.rebuilds_saved(example)
+        return Tolerance(tol.atol, tol.rtol, tol.floor + extra)
+
+
+def low_precision(f32: Tolerance, dtype: np.dtype) -> Tolerance:
+    """A float16/bfloat16 result's tolerance, derived from the float32 one.
+
+    The op computes in float32 from the same rounded inputs the reference gets, so its
+    float32 error (``f32``, which carries the op's conditioning and accumulation) is all
+    the arithmetic costs; then one rounding to the output dtype, at most ``u`` relative
+    (unit roundoff: 2^-11 float16, 2^-8 bfloat16), against the unrounded float64 expected
+    value (``comparison.compare``): ``rtol + u``. Below the smallest normal the spacing is
+    absolute: half a subnormal step (``floor``). An op that rounds twice (a half
+    intermediate) or accumulates in half exceeds this on ordinary data, which is what the
+    low-precision mutants in tests/conformance_mutants.py show."""
+    u = UNIT_ROUNDOFF[dtype]
+    return Tolerance(f32.atol, f32.rtol + u, floor=SMALLEST_SUBNORMAL[dtype] / 2)
 
 
 EXACT_TOLERANCES = Tolerances(exact=True, why="exact by definition")
@@ -127,6 +169,8 @@ class OpUnit:
     outputs: tuple[str, ...] = ("out",)
     in_place: bool = False
     deterministic: bool = False
+    #: refuses float16/bfloat16 operands (optimizer state stays float32: ``checks.full_precision``)
+    full_precision: bool = False
     nan: str = "propagates NaN (IEEE)"
     composite: Callable[..., Any] | None = None
     vjp: Callable[..., tuple[Tensor | None, ...]] | None = None

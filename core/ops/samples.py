@@ -74,7 +74,9 @@ class Ctx:
 class Arr:
     """One tensor argument: float64 host values, what they are, and how they are laid out.
 
-    ``kind``: "float" (the tested dtype), "index" (ids, targets) or "mask" (1/0 floats)."""
+    ``kind``: "float" (the tested dtype), "index" (ids, targets), "mask" (1/0 floats) or
+    "stat" (a saved statistic, mean, rstd, lse, or a loss gradient: held in the tested
+    dtype's compute dtype, float32 for float16/bfloat16)."""
 
     value: np.ndarray
     kind: str = "float"

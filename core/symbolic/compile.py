@@ -27,6 +27,7 @@ from typing import Union
 import numpy as np
 
 from .. import ops
+from ..dtypes import is_float
 from ..errors import DomainError, DTypeError, RiftcoError, ShapeError
 from ..ops import full_like
 from ..tensor import Tensor
@@ -292,7 +293,7 @@ class Program:
                 raise RiftcoError(f"[evaluate] no tensor bound to variable {var.label()}")
             if not isinstance(t, Tensor):
                 raise DTypeError(f"[evaluate] {var.label()} must be bound to a Tensor")
-            if t.dtype.kind != "f":
+            if not is_float(t.dtype):
                 raise DTypeError(f"[evaluate] {var.label()} needs a float tensor; got {t.dtype}")
             if t.shape != var.shape:
                 if t.shape[1:] != var.shape:

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from ..device import Device
+from ..dtypes import is_float
 from ..errors import RiftcoError
 from ..nn import GPT, GPTConfig
 from ..optim import AdamW
@@ -76,7 +77,7 @@ def model_from(ckpt: Checkpoint, device: str | Device | None, seed: int = 0) -> 
             f"[checkpoint] {_where(ckpt)}: dtype should be one of {PARAM_DTYPES}; got {dtype!r}"
         )
     for name, arr in ckpt.weights.items():
-        if arr.dtype.kind == "f" and not np.isfinite(arr).all():
+        if is_float(arr.dtype) and not np.isfinite(arr.astype(np.float32)).all():
             bad = int(arr.size - np.isfinite(arr).sum())
             raise CheckpointError(
                 f"[checkpoint] {_where(ckpt, MODEL)}: {name!r} holds {bad} non-finite "

@@ -28,6 +28,9 @@ class OlderProtocol(CPUBackend):
     protocol_version = (1, 0)
 
 
+CPU_DTYPES = "bfloat16, float16, float32, float64, int32, int64"
+
+
 def test_backends_text_lists_cpu_available(registry, capsys):
     registry.register(plugin_for(OlderProtocol), name="older-plugin")
     assert main(["backends"]) == 0
@@ -36,7 +39,7 @@ def test_backends_text_lists_cpu_available(registry, capsys):
     start = lines.index("cpu  [available]")
     end = next(i for i in range(start + 1, len(lines)) if not lines[i].startswith(" "))
     cpu = lines[start:end]
-    assert "  device cpu:0  host CPU (numpy)  dtypes: float32, float64, int32, int64" in cpu
+    assert f"  device cpu:0  host CPU (numpy)  dtypes: {CPU_DTYPES}" in cpu
     version = ".".join(map(str, PROTOCOL_VERSION))
     assert any(f"distribution riftco {riftco.__version__}, protocol {version}" in x for x in cpu)
     assert "protocol 1.0" in lines[lines.index("older  [available]") + 1]  # its own, not ours
@@ -53,7 +56,7 @@ def test_backends_json_lists_cpu_with_capabilities(registry, capsys):
     cpu = rows["cpu"]
     assert cpu["available"] is True and cpu["reason"] == ""
     assert cpu["protocol_version"] == list(PROTOCOL_VERSION) and cpu["distribution"] == "riftco"
-    assert cpu["capabilities"]["dtypes"] == ["float32", "float64", "int32", "int64"]
+    assert cpu["capabilities"]["dtypes"] == CPU_DTYPES.split(", ")
     assert cpu["capabilities"]["fused"] == {op: "native" for op in FUSED_OPS}
     assert cpu["capabilities"]["accepts_strided"] is True
     assert cpu["devices"][0]["index"] == 0 and "float64" in cpu["devices"][0]["dtypes"]
@@ -109,7 +112,7 @@ def test_backends_text_prints_device_details_sorted_and_short(registry, capsys):
     assert "compute_units=2" in pairs and "llvm=15.0.6" in pairs and "pocl=3.1+debian" in pairs
     assert 'platform="Portable Computing Language"' in pairs
     assert len(line) < 200 and '..."' in line  # the 160-character flags value is cut
-    cpu_at = lines.index("  device cpu:0  host CPU (numpy)  dtypes: float32, float64, int32, int64")
+    cpu_at = lines.index(f"  device cpu:0  host CPU (numpy)  dtypes: {CPU_DTYPES}")
     assert lines[cpu_at + 1].startswith("    details: threads=")
 
 

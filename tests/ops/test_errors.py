@@ -106,7 +106,10 @@ case("compare", "unknown op", ShapeError, lambda: (ops.compare, T(3), T(3), "gte
 case("compare", "shapes", ShapeError, lambda: (ops.compare, T(3), T(2), "lt"))
 case("compare", "int dtype", DTypeError, lambda: (ops.compare, I([1]), I([1]), "lt"))
 case("compare", "devices", DeviceMismatchError, lambda: (ops.compare, T(3), T(3, dev="spy2"), "eq"))  # noqa: E501
-case("cast", "unknown dtype", DTypeError, lambda: (ops.cast, T(3), "float16"))
+case("cast", "unknown dtype", DTypeError, lambda: (ops.cast, T(3), "complex64"))
+case("cast", "index to half", DTypeError, lambda: (ops.cast, T(3, dtype="int32"), "float16"))
+case("cast", "half to index", DTypeError,
+     lambda: (ops.cast, ops.cast(T(3), "float16"), "int64"))  # fmt: skip
 case(
     "cast",
     "backend lacks dtype",

@@ -81,6 +81,7 @@ def adam_update(
     """AdamW step in place on ``param``, ``m`` and ``v``; bumps their versions."""
     op = "adam_update"
     backend = checks.float_operands(op, param, grad, m, v)
+    checks.full_precision(op, param, "param")
     for t, what in ((grad, "grad"), (m, "m"), (v, "v")):
         checks.shape_is(op, t, param.shape, what)
     for t, what in ((param, "param"), (m, "m"), (v, "v")):
@@ -163,6 +164,7 @@ def _cost(args: list[Any]) -> tuple[int, int]:
 ADAM_UPDATE = OpUnit(
     "adam_update", "fused", AdamMethods.adam_update, module="adam", function=adam_update,
     outputs=("param", "m", "v"), in_place=True, composite=adam_update_composite,
+    full_precision=True,
     tolerance=Tolerances(Tolerance(1e-6, 1e-4), Tolerance(1e-12, 1e-10),
                          why="sqrt and division by sqrt(vhat) + eps amplify ulps"),
     cost=_cost,

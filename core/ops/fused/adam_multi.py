@@ -120,6 +120,7 @@ def adam_update_multi(
         return  # nothing to update: no backend to ask
     extra = [grad_norm] if grad_norm is not None else []
     backend = checks.float_operands(op, *ps, *gs, *m_list, *v_list, *extra)
+    checks.full_precision(op, ps[0], "params[0]")
     for i, (p, g, m, v) in enumerate(zip(ps, gs, m_list, v_list, strict=True)):
         for t, what in ((g, "grads"), (m, "ms"), (v, "vs")):
             checks.shape_is(op, t, p.shape, f"{what}[{i}]")
@@ -168,6 +169,7 @@ def _cost(args: list[Any]) -> tuple[int, int]:
 ADAM_UPDATE_MULTI = OpUnit(
     "adam_update_multi", "fused", AdamMultiMethods.adam_update_multi, module="adam_multi",
     function=adam_update_multi, outputs=("params", "ms", "vs"), in_place=True,
+    full_precision=True,
     composite=adam_update_multi_composite,
     tolerance=Tolerances(Tolerance(1e-6, 1e-4), Tolerance(1e-12, 1e-10),
                          why="adam_update's: sqrt and division by sqrt(vhat) + eps amplify "

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from ...dtypes import compute_dtype
 from ...tensor import Tensor
 from .. import checks
 from ..dispatch import Out, dispatch
@@ -43,8 +44,9 @@ class AddLayerNormMethods(Protocol):
 
         ``x`` and ``r`` are ``[..., C]`` (C >= 1) of one shape, ``gamma`` and ``beta``
         ``[C]``; ``s`` and ``y`` have ``x``'s shape, ``mean`` and ``rstd`` shape
-        ``x.shape[:-1]``, all in ``x.dtype``. ``s`` is the sum rounded to the dtype (what
-        ``add`` returns) and the statistics are those of that rounded ``s``, computed as
+        ``x.shape[:-1]``; ``mean`` and ``rstd`` in the compute dtype (float32 for
+        float16/bfloat16), the rest in ``x.dtype``. ``s`` is the sum rounded to the dtype
+        (what ``add`` returns) and the statistics are those of that rounded ``s``, computed as
         ``layer_norm`` computes them (biased, stable variance; ``rstd = 1/sqrt(var + eps)``).
         NaN or Inf in a row of ``x`` or ``r`` gives that element of ``s`` by IEEE and a NaN
         row of ``y`` with NaN statistics (Inf - Inf); other rows are unaffected.
@@ -90,7 +92,7 @@ def add_layer_norm(
     c = checks.features(op, x)
     checks.shape_is(op, r, x.shape, "r")
     eps = check_affine(op, c, gamma, beta, eps)
-    full, stat = Out(x.shape, x.dtype), Out(x.shape[:-1], x.dtype)
+    full, stat = Out(x.shape, x.dtype), Out(x.shape[:-1], compute_dtype(x.dtype))
     return dispatch(ADD_LAYER_NORM, backend, (x, r, gamma, beta, eps), (full, full, stat, stat))
 
 
@@ -99,7 +101,8 @@ def add_layer_norm_backward(
 ) -> tuple[Tensor, Tensor, Tensor]:
     """The gradient of ``s`` (LayerNorm's ``dx`` plus the stream's ``ds``), dgamma, dbeta."""
     op = "add_layer_norm_backward"
-    backend = checks.float_operands(op, dy, ds, s, gamma, mean, rstd)
+    backend = checks.float_operands(op, dy, ds, s, gamma)
+    checks.statistics(op, s, mean=mean, rstd=rstd)
     c = checks.features(op, s)
     checks.shape_is(op, dy, s.shape, "dy")
     checks.shape_is(op, ds, s.shape, "ds")

@@ -184,6 +184,36 @@ def score_scale(ex: Example) -> float:
     return float(max(1.0, ex.params.get("score_max", 0.0) / 16.0))
 
 
+def rebuilt_out_gain(ex: Example) -> float:
+    """How far dq and dk move per unit of ``out``'s relative rounding (flash backward).
+
+    ``rowsum(dO * out)`` and ``rowsum(dP * P)`` agree while ``out = P v``; an ``out``
+    rounded to u relative moves that row term by ``D_i = u * sum_d |dO * out|``, which
+    reaches ``dq_i`` as ``scale * D_i * sum_j P_ij |k_j|`` and ``dk_j`` as ``scale * sum_i
+    P_ij D_i |q_i|``: the largest of those, per unit u, from the example's own values."""
+    dout, q, k, _v, out, lse, scale = (_value(a) for a in ex.args[:7])
+    s = float(scale) * q @ np.swapaxes(k, -1, -2)
+    with np.errstate(over="ignore", invalid="ignore"):
+        p = np.nan_to_num(np.exp(s - lse[..., None]), nan=0.0, posinf=0.0)
+    if ex.kwargs.get("causal", True):
+        t = p.shape[-1]
+        p = np.where(np.triu(np.ones((t, p.shape[-1]), bool), 1), 0.0, p)
+    d = np.nan_to_num(np.abs(dout * out).sum(-1), nan=0.0, posinf=0.0)
+    dp = d[..., None] * p
+    dq = dp @ _finite_abs(k)
+    dk = np.swapaxes(dp, -1, -2) @ _finite_abs(q)
+    worst = max(float(dq.max(initial=0.0)), float(dk.max(initial=0.0)))
+    return abs(float(scale)) * worst if np.isfinite(worst) else 0.0
+
+
+def _finite_abs(a: np.ndarray) -> np.ndarray:
+    return np.abs(np.nan_to_num(a, nan=0.0, posinf=0.0, neginf=0.0))
+
+
+def _value(a: Any) -> Any:
+    return np.asarray(a.value, dtype=np.float64) if hasattr(a, "value") else a
+
+
 def cost(args: list[Any]) -> tuple[int, int]:
     q = next(a for a in args if isinstance(a, Tensor) and a.ndim == 4)
     b, h, t, d = q.shape

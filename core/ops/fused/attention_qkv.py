@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from ...dtypes import compute_dtype
 from ...errors import DTypeError, ShapeError
 from ...tensor import Tensor
 from .. import checks
@@ -47,7 +48,8 @@ class AttentionQKVMethods(Protocol):
         Per head exactly ``attention`` (flash false: probs, masked entries exactly 0) or
         ``flash_attention`` (flash true: the natural-log row log-sum-exp): scores
         ``scale * q kᵀ``, causal masking by index (key j > query i), NaN propagates, B or
-        T = 0 gives empty results. Outputs in ``qkv``'s dtype. With ``flash``, ``lse`` is
+        T = 0 gives empty results. Outputs in ``qkv``'s dtype, but ``lse`` in the compute
+        dtype (float32 for float16/bfloat16). With ``flash``, ``lse`` is
         the natural-log log-sum-exp of each row of the masked scaled scores, as
         ``flash_attention`` defines it.
 
@@ -118,7 +120,8 @@ def attention_qkv(
     b, t, c, h = check_fused_qkv(op, qkv, heads)
     s = checks.number(op, scale, "scale")
     causal, flash = checks.flag(op, causal, "causal"), checks.flag(op, flash, "flash")
-    expect = (Out((b, t, c), qkv.dtype), Out(_stat_shape(b, h, t, flash), qkv.dtype))
+    stat = compute_dtype(qkv.dtype) if flash else qkv.dtype  # lse; probs stay in the dtype
+    expect = (Out((b, t, c), qkv.dtype), Out(_stat_shape(b, h, t, flash), stat))
     return dispatch(ATTENTION_QKV, backend, (qkv, h, s, causal, flash), expect)
 
 
@@ -133,11 +136,15 @@ def attention_qkv_backward(
     flash: bool = False,
 ) -> Tensor:
     op = "attention_qkv_backward"
-    backend = checks.float_operands(op, dout, qkv, out, stat)
+    backend = checks.float_operands(op, dout, qkv, out)
     b, t, c, h = check_fused_qkv(op, qkv, heads)
     checks.shape_is(op, dout, (b, t, c), "dout")
     checks.shape_is(op, out, (b, t, c), "out")
     causal, flash = checks.flag(op, causal, "causal"), checks.flag(op, flash, "flash")
+    if flash:
+        checks.statistics(op, qkv, lse=stat)
+    else:
+        checks.float_operands(op, qkv, stat)
     checks.shape_is(op, stat, _stat_shape(b, h, t, flash), "lse" if flash else "probs")
     s = checks.number(op, scale, "scale")
     args = (dout, qkv, out, stat, h, s, causal, flash)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from ...dtypes import compute_dtype
 from ...errors import ShapeError
 from ...tensor import Tensor
 from .. import checks
@@ -34,7 +35,9 @@ _SAMPLES = samples_module(__name__)
 class CrossEntropyMethods(Protocol):
     def cross_entropy(self, logits: Tensor, targets: Tensor) -> tuple[Tensor, Tensor]:
         """``(loss_rows[N], lse[N])`` for ``logits[N, V]`` (V >= 1) and integer
-        ``targets[N]``; -1 means ignored (loss 0); both outputs in the logits' dtype.
+        ``targets[N]``; -1 means ignored (loss 0); both outputs in the logits'
+        compute dtype (float32 for float16/bfloat16 logits: a loss and a log-sum-exp rounded
+        to 2^-8 would move every probability the backward rebuilds from it).
 
         ``lse[i] = m_i + log(sum_j exp(logits[i, j] - m_i))`` (natural log, ``m_i`` the row
         max, so logits of 1e4 are fine), for every row, ignored or not;
@@ -82,7 +85,7 @@ def cross_entropy(logits: Tensor, targets: Tensor) -> tuple[Tensor, Tensor]:
     checks.index(op, targets, "targets")
     checks.shape_is(op, targets, logits.shape[:1], "targets")
     check_ids(op, backend, targets, "targets (-1 = ignored)", -1, v)
-    row = Out(logits.shape[:1], logits.dtype)
+    row = Out(logits.shape[:1], compute_dtype(logits.dtype))
     return dispatch(CROSS_ENTROPY, backend, (logits, targets), (row, row))
 
 
@@ -91,7 +94,8 @@ def cross_entropy_backward(
 ) -> Tensor:
     op = "cross_entropy_backward"
     checks.tensor(op, targets, "targets")
-    backend = checks.float_operands(op, dloss_rows, logits, lse)
+    backend = checks.float_operands(op, logits)
+    checks.statistics(op, logits, dloss_rows=dloss_rows, lse=lse)
     checks.same_backend(op, logits, targets)
     v = _logits(op, logits)
     checks.index(op, targets, "targets")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from ...dtypes import compute_dtype
 from ...errors import ShapeError
 from ...tensor import Tensor
 from .. import checks
@@ -30,7 +31,8 @@ class LayerNormMethods(Protocol):
         self, x: Tensor, gamma: Tensor, beta: Tensor, eps: float
     ) -> tuple[Tensor, Tensor, Tensor]:
         """``(y, mean, rstd)`` over the last axis of ``x[..., C]`` (C >= 1) with ``gamma[C]``,
-        ``beta[C]``; ``mean`` and ``rstd`` have shape ``x.shape[:-1]``; all in ``x.dtype``.
+        ``beta[C]``; ``mean`` and ``rstd`` have shape ``x.shape[:-1]``; ``y`` in ``x.dtype``,
+        ``mean`` and ``rstd`` in its compute dtype (float32 for float16/bfloat16).
 
         ``mean = sum(x) / C``, ``var = sum((x - mean)^2) / C`` (biased, computed stably: two
         passes or Welford, never ``E[x^2] - E[x]^2``), ``rstd = 1 / sqrt(var + eps)``,
@@ -89,7 +91,7 @@ def layer_norm(
     backend = checks.float_operands("layer_norm", x, gamma, beta)
     c = checks.features("layer_norm", x)
     eps = check_affine("layer_norm", c, gamma, beta, eps)
-    stat = Out(x.shape[:-1], x.dtype)
+    stat = Out(x.shape[:-1], compute_dtype(x.dtype))
     expect = (Out(x.shape, x.dtype), stat, stat)
     return dispatch(LAYER_NORM, backend, (x, gamma, beta, eps), expect)
 
@@ -98,7 +100,8 @@ def layer_norm_backward(
     dy: Tensor, x: Tensor, gamma: Tensor, mean: Tensor, rstd: Tensor
 ) -> tuple[Tensor, Tensor, Tensor]:
     op = "layer_norm_backward"
-    backend = checks.float_operands(op, dy, x, gamma, mean, rstd)
+    backend = checks.float_operands(op, dy, x, gamma)
+    checks.statistics(op, x, mean=mean, rstd=rstd)
     c = checks.features(op, x)
     checks.shape_is(op, dy, x.shape, "dy")
     check_saved(op, x, gamma, mean, rstd)

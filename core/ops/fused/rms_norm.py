@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from ...dtypes import compute_dtype
 from ...errors import ShapeError
 from ...tensor import Tensor
 from .. import checks
@@ -29,7 +30,8 @@ class RMSNormMethods(Protocol):
     def rms_norm(self, x: Tensor, gamma: Tensor, eps: float) -> tuple[Tensor, Tensor]:
         """``(y, rstd)`` over the last axis of ``x[..., C]`` (C >= 1) with ``gamma[C]``:
         ``rstd = 1/sqrt(mean(x^2) + eps)`` of shape ``x.shape[:-1]``, ``y = x * rstd * gamma``;
-        both in ``x.dtype``.
+        ``y`` in ``x.dtype``, ``rstd`` in the compute dtype (float32 for
+        float16/bfloat16).
 
         Special values: a NaN in a row gives a NaN row and a NaN ``rstd``; a ``+-inf``
         makes that row's ``rstd`` 0, so the infinite element becomes NaN (``inf * 0``) and
@@ -66,12 +68,13 @@ def rms_norm(x: Tensor, gamma: Tensor, eps: float = 1e-6) -> tuple[Tensor, Tenso
     if not eps > 0:
         raise ShapeError(f"[{op}] eps must be positive; got {eps}")
     return dispatch(RMS_NORM, backend, (x, gamma, eps),
-                    (Out(x.shape, x.dtype), Out(x.shape[:-1], x.dtype)))  # fmt: skip
+                    (Out(x.shape, x.dtype), Out(x.shape[:-1], compute_dtype(x.dtype))))  # fmt: skip
 
 
 def rms_norm_backward(dy: Tensor, x: Tensor, gamma: Tensor, rstd: Tensor) -> tuple[Tensor, Tensor]:
     op = "rms_norm_backward"
-    backend = checks.float_operands(op, dy, x, gamma, rstd)
+    backend = checks.float_operands(op, dy, x, gamma)
+    checks.statistics(op, x, rstd=rstd)
     c = checks.features(op, x)
     checks.shape_is(op, dy, x.shape, "dy")
     checks.shape_is(op, gamma, (c,), "gamma")

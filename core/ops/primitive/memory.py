@@ -201,7 +201,7 @@ def fill_value(op: str, dtype: np.dtype, value: Any) -> float | int:
     integer ones by ``cast``'s rule (truncate toward zero, saturate, NaN -> 0), so no
     backend meets a NaN or a 1e30 it cannot convert."""
     v = checks.number(op, value, "value")
-    if dtype.kind == "f":
+    if _dt.is_float(dtype):
         with np.errstate(over="ignore"):
             return float(dtype.type(v))
     info = np.iinfo(dtype)

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from ... import dtypes as _dt
-from ...errors import ShapeError
+from ...errors import DTypeError, ShapeError
 from ...tensor import Tensor
 from .. import checks
 from ..dispatch import Out, dispatch
@@ -42,7 +42,12 @@ class SelectMethods(Protocol):
 
         float -> int truncates toward zero and saturates to the int range; NaN -> 0,
         +inf -> max, -inf -> min. int -> int saturates likewise. -> float rounds to nearest
-        (overflow gives +-inf)."""
+        even, once, from the source value (float64 -> float16/bfloat16 too: not through
+        float32, which would round twice); overflow gives +-inf (a float16 result beyond
+        65504 + 16, half its last ulp), NaN stays NaN, +-inf and -0.0 stay, subnormal
+        results are kept (never flushed to zero). float16/bfloat16 -> float32/float64 is
+        exact. Between an index dtype and float16/bfloat16 there is no cast (core refuses
+        it: go through float32)."""
         ...
 
 
@@ -67,7 +72,24 @@ def cast(x: Tensor, dtype: Any) -> Tensor:
     checks.supported("cast", x.backend, dt)
     if dt == x.dtype:
         return x
+    if (dt in _dt.LOW_PRECISION and x.dtype in _dt.INDEX_DTYPES) or (
+        x.dtype in _dt.LOW_PRECISION and dt in _dt.INDEX_DTYPES
+    ):
+        raise DTypeError(
+            f"[cast] no cast between {x.dtype.name} and {dt.name} (shape {x.shape}); cast "
+            "through float32 (an integer rounds to a half type in a way each source width "
+            "would decide differently)"
+        )
     return dispatch(CAST, x.backend, (x, dt), Out(x.shape, dt))
+
+
+def _cast_vjp(g: Tensor, args: Any, y: Tensor, needs: Any) -> tuple[Any]:
+    """The gradient goes back in the operand's dtype (rounded once when that is narrower);
+    a cast to an index dtype is a step function, whose gradient is not defined."""
+    x = args[0]
+    if not (_dt.is_float(x.dtype) and _dt.is_float(g.dtype)):
+        raise DTypeError(f"[cast] no gradient through a cast from {x.dtype.name} to {y.dtype.name}")
+    return (cast(g, x.dtype) if needs[0] else None,)
 
 
 def _where_vjp(g: Tensor, args: Any, y: Tensor, needs: Any) -> tuple[None, Any, Any]:
@@ -97,7 +119,7 @@ COMPARE = OpUnit(
 CAST = OpUnit(
     "cast", "primitive", SelectMethods.cast, module="select", function=cast,
     nan="float->int: NaN -> 0, +-inf and out-of-range saturate", tolerance=EXACT_TOLERANCES,
-    cost=_cost(1), testing=_SAMPLES,
+    vjp=_cast_vjp, differentiable=(0,), cost=_cost(1), testing=_SAMPLES,
 )  # fmt: skip
 
 register(WHERE, COMPARE, CAST)

@@ -74,8 +74,8 @@ def _build_backward(p: smp.Params, ctx: smp.Ctx) -> smp.Example:
         smp.Arr(ds, layout=lay),
         s,
         smp.Arr(gamma),
-        smp.Arr(mu),
-        smp.Arr(rs),
+        smp.Arr(mu, "stat"),
+        smp.Arr(rs, "stat"),
     ]
     return smp.Example(smp.label(p), args, params=p)
 

@@ -108,7 +108,14 @@ def _samples(backward: bool) -> smp.Samples:
         stat = np_lse(s) if p["flash"] else probs
         out_lay = "dense" if lay == "broadcast" else lay  # out must stay the forward's
         out = smp.Arr(np_merge_heads(probs @ vr), layout=out_lay)
-        args = [smp.Arr(np_merge_heads(do), layout=lay), fused, out, smp.Arr(stat), h, scale]
+        args = [
+            smp.Arr(np_merge_heads(do), layout=lay),
+            fused,
+            out,
+            smp.Arr(stat, "stat" if p["flash"] else "float"),
+            h,
+            scale,
+        ]
         return smp.Example(smp.label(p), args, kwargs, params=p)
 
     return smp.Samples(build, EDGES, _draw, bench=BENCH)

@@ -62,7 +62,9 @@ def _samples(backward: bool) -> smp.Samples:
             return smp.Example(smp.label(p), [lg, t], params=p)
         lse = np_lse(lg.value.astype(ctx.dtype).astype(np.float64))
         dloss = smp.normal(np.random.default_rng(p["seed"] + 1), (p["n"],))
-        return smp.Example(smp.label(p), [smp.Arr(dloss), lg, t, smp.Arr(lse)], params=p)
+        return smp.Example(
+            smp.label(p), [smp.Arr(dloss, "stat"), lg, t, smp.Arr(lse, "stat")], params=p
+        )
 
     return smp.Samples(build, EDGES, _draw, needs_index=True, bench={"n": 1024, "v": 1024})
 

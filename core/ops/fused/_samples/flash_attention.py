@@ -22,7 +22,7 @@ def _backward(
     qr, kr, vr = (a.astype(ctx.dtype).astype(np.float64) for a in (q, k, v))
     s = np_scores(qr, kr, scale, p["causal"])
     out, lse = np_softmax(s) @ vr, np_lse(s)
-    grads = [smp.Arr(do, layout=p["layout"]), *args, smp.Arr(out), smp.Arr(lse), scale]
+    grads = [smp.Arr(do, layout=p["layout"]), *args, smp.Arr(out), smp.Arr(lse, "stat"), scale]
     return smp.Example(smp.label(p), grads, {"causal": p["causal"]}, params=p)
 
 

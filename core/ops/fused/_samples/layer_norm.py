@@ -52,7 +52,7 @@ def _build_backward(p: smp.Params, ctx: smp.Ctx) -> smp.Example:
     dy = smp.normal(np.random.default_rng(p["seed"] + 1), p["shape"])
     return smp.Example(
         smp.label(p),
-        [smp.Arr(dy, layout=lay), x, smp.Arr(gamma), smp.Arr(mu), smp.Arr(r)],
+        [smp.Arr(dy, layout=lay), x, smp.Arr(gamma), smp.Arr(mu, "stat"), smp.Arr(r, "stat")],
         params=p,
     )
 

@@ -56,7 +56,7 @@ def _build_backward(p: smp.Params, ctx: smp.Ctx) -> smp.Example:
         r = 1.0 / np.sqrt((xr * xr).mean(axis=-1) + _eps(p))
     dy = smp.normal(np.random.default_rng(p["seed"] + 1), p["shape"])
     return smp.Example(
-        smp.label(p), [smp.Arr(dy, layout=lay), x, smp.Arr(gamma), smp.Arr(r)], params=p
+        smp.label(p), [smp.Arr(dy, layout=lay), x, smp.Arr(gamma), smp.Arr(r, "stat")], params=p
     )
 
 

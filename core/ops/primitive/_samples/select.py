@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ....dtypes import LOW_PRECISION
 from ... import samples as smp
 from ..select import COMPARE_OPS, cast, compare, where
 
@@ -56,6 +57,8 @@ def _build_cast(p: smp.Params, ctx: smp.Ctx) -> smp.Example:
     others = [d for d in ctx.float_dtypes if d != ctx.dtype]
     if to == "other float" and not others:
         to = "index"
+    if ctx.dtype in LOW_PRECISION and others:  # no cast between an index dtype and half
+        to = "other float"
     if to == "index":  # truncation toward zero, negatives included; specials saturate
         target = ctx.index_dtype(p["seed"])
         values = rng.uniform(-1000, 1000, s)
@@ -66,14 +69,28 @@ def _build_cast(p: smp.Params, ctx: smp.Ctx) -> smp.Example:
         target = ctx.dtype
         x = smp.Arr(rng.integers(-1000, 1000, s), "index", p["layout"], ctx.index_dtype(p["seed"]))
     else:
-        target = others[0]
+        target = others[p["seed"] % len(others)]  # every pair, over the seeds
         values = smp.normal(rng, s)
         if p.get("special"):
-            values = smp.with_specials(values, rng, np.nan, np.inf, -np.inf, 1e40, 1e-50, -0.0)
+            values = smp.with_specials(values, rng, np.nan, np.inf, -np.inf, 1e40, 1e-50, -0.0,
+                                       *_ROUNDING_TRAPS)  # fmt: skip
         x = smp.Arr(values, layout=p["layout"])
     return smp.Example(
         f"{smp.label(p)}, to {np.dtype(target).name}", [x, np.dtype(target)], params=p
     )
+
+
+#: Values where a conversion to float16 or bfloat16 shows how it rounds: ties to even
+#: (1 + 2^-11 and 1 + 3 * 2^-11 in float16; 1 + 2^-8 in bfloat16), the float16 overflow
+#: boundary (65504 + 16 rounds to inf, just below it to 65504), float16 subnormals and the
+#: tie below the smallest one (2^-25 rounds to 0), and values a float64 -> bfloat16 or
+#: float16 conversion that goes through float32 rounds twice (1 + 2^-8 + 2^-30 is
+#: above the bfloat16 tie; in float32 it becomes the tie itself and then rounds down).
+_ROUNDING_TRAPS = (
+    1 + 2**-11, 1 + 3 * 2**-11, 1 + 2**-8, -(1 + 3 * 2**-8), 65520.0, 65519.0, -65520.0,
+    2**-25, 3 * 2**-26, 2**-20, -(2**-24), 1 + 2**-8 + 2**-30, 1 + 2**-11 + 2**-40,
+    3.3895313892515355e38, 2**-130,
+)  # fmt: skip
 
 
 def _draw_cast(d: smp.Draw) -> smp.Params:
