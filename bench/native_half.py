@@ -1,11 +1,18 @@
-"""Native float16/bfloat16: conversion throughput (F16C vs the portable bit path vs numpy).
+"""Native float16/bfloat16: conversion throughput (F16C vs the portable bit path vs numpy),
+and the ops the native backend runs in 2-byte storage against core's widened path.
 
-Calls the conversion kernels of ``kernels_half.c`` directly (cffi) on flat arrays, each
-direction and path interleaved round-robin in one run so every contender sees the same
-machine load. GB/s counts the bytes read plus the bytes written. numpy's ``astype`` (and
-ml_dtypes' for bfloat16) is the yardstick.
+Conversions: the kernels of ``kernels_half.c`` called directly (cffi) on flat arrays.
+GB/s counts the bytes read plus the bytes written; numpy's ``astype`` (ml_dtypes' for
+bfloat16) is the yardstick.
 
-    python bench/native_half.py [--sizes 1048576,16777216] [--reps 15]
+Ops: the public ``riftco.ops`` call on float16/bfloat16 tensors on the native device, at
+the shapes of ``make train``'s model (batch 16 x context 64 = 1,024 rows, width 128, MLP
+512, 4 heads: softmax rows of 64) and 8x its rows. "widened" is the same backend with
+its ``low_precision_ops`` emptied for the call (core then casts in, runs float32, casts
+out), "native" the 2-byte kernel. Every table comes from one run in which the contenders
+alternate round-robin, so their ratio sees the same machine load.
+
+    python bench/native_half.py [--sizes 1048576,16777216] [--reps 15] [--no-ops]
 
 Writes bench/results/native_half.json.
 """
@@ -69,10 +76,76 @@ def conversion_cases(mod: Any, n: int) -> dict[str, tuple[Any, int]]:
     return cases  # fmt: skip
 
 
+def op_cases(dtype: Any, rows: int) -> dict[str, tuple[Any, tuple[Any, ...]]]:
+    """name -> (riftco op, tensor operands) at the training model's shapes."""
+    import riftco
+    from riftco import ops as F
+
+    dev = riftco.device("native")
+    rng = np.random.default_rng(0)
+
+    def t(*shape: int) -> Any:
+        return riftco.tensor((rng.standard_normal(shape) * 0.5).astype(dtype), device=dev)
+
+    x128, x512 = t(rows, 128), t(rows, 512)
+    return {
+        f"add [{rows}x512]": (F.add, (x512, t(rows, 512))),
+        f"mul [{rows}x128]": (F.mul, (x128, t(rows, 128))),
+        f"softmax [{rows * 4}x64]": (F.softmax, (t(rows * 4, 64),)),
+        f"layer_norm [{rows}x128]": (lambda x, g, b: F.layer_norm(x, g, b, 1e-5),
+                                     (x128, t(128), t(128))),
+        f"softmax_backward [{rows * 4}x64]": (F.softmax_backward, (t(rows * 4, 64),
+                                                                  F.softmax(t(rows * 4, 64)))),
+        f"add_layer_norm [{rows}x128]": (lambda x, r, g, b: F.add_layer_norm(x, r, g, b, 1e-5),
+                                         (x128, t(rows, 128), t(128), t(128))),
+        f"gelu tanh [{rows}x512]": (lambda x: F.gelu(x, "tanh"), (x512,)),
+        f"gelu_backward tanh [{rows}x512]": (lambda d, x: F.gelu_backward(d, x, "tanh"),
+                                             (t(rows, 512), x512)),
+        f"embedding [{rows} ids of 65x128]": (F.embedding, (t(65, 128), riftco.tensor(
+            rng.integers(0, 65, rows), device=dev))),
+        f"linear qkv [{rows}x128 @ 128x384]": (F.linear, (x128, t(128, 384), t(384))),
+        f"linear mlp-down [{rows}x512 @ 512x128]": (F.linear, (x512, t(512, 128), t(128))),
+        f"matmul [{rows}x128 @ 128x512]": (F.matmul, (x128, t(128, 512))),
+        f"linear_gelu mlp-up [{rows}x128 @ 128x512]": (
+            lambda x, w, b: F.linear_gelu(x, w, b, "tanh"), (x128, t(128, 512), t(512))),
+    }  # fmt: skip
+
+
+def op_rows(rows_list: list[int], reps: int) -> list[dict[str, Any]]:
+    import ml_dtypes
+    import riftco
+
+    be = riftco.device("native").backend
+    native_ops = type(be).low_precision_ops
+    out = []
+    for dtype in (np.float16, ml_dtypes.bfloat16):
+        for rows in rows_list:
+            for name, (fn, args) in op_cases(dtype, rows).items():
+
+                def widened(fn: Any = fn, args: Any = args) -> Any:
+                    be.low_precision_ops = frozenset()  # core widens every op for this call
+                    try:
+                        return fn(*args)
+                    finally:
+                        del be.low_precision_ops
+
+                def native(fn: Any = fn, args: Any = args) -> Any:
+                    return fn(*args)
+
+                times = round_robin({"widened": widened, "native": native}, reps)
+                w, n = times["widened"], times["native"]
+                out.append({"op": name, "dtype": np.dtype(dtype).name, "widened ms": w * 1e3,
+                            "native ms": n * 1e3, "widened/native": w / n})  # fmt: skip
+    print(f"# native low_precision_ops: {', '.join(sorted(native_ops))}")
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="1048576,16777216", help="elements per conversion")
     ap.add_argument("--reps", type=int, default=15)
+    ap.add_argument("--rows", default="1024,8192", help="rows of the op cases")
+    ap.add_argument("--ops", action=argparse.BooleanOptionalAction, default=True)
     args = ap.parse_args()
     mod = build.load()
     rows = []
@@ -89,6 +162,9 @@ def main() -> None:
                "threads": int(mod.lib.rift_num_threads()), "conversions": rows}  # fmt: skip
     print(f"# {m.get('summary', '')}  (F16C: {payload['f16c']}, threads: {payload['threads']})")
     print(table(rows, ["conversion", "elements", "ms", "GB/s"]))
+    if args.ops:
+        payload["ops"] = op_rows([int(r) for r in args.rows.split(",")], args.reps)
+        print(table(payload["ops"], ["op", "dtype", "widened ms", "native ms", "widened/native"]))
     print(write_json("native_half", payload))
 
 

@@ -63,10 +63,20 @@ class _SingleThreadedBlas:
 class NativeBackend(NativeHalf, NativeAttention, NativeLinearGelu, NativePrimitives, CPUBackend):
     name: ClassVar[str] = "native"
     priority: ClassVar[int] = 5
-    #: not the CPU reference's half dtypes: its C kernels convert no 16-bit storage yet
-    dtypes: ClassVar[frozenset[np.dtype]] = frozenset(
-        np.dtype(t) for t in (np.float32, np.float64, np.int32, np.int64)
+    #: float16/bfloat16 as storage: the memory methods and ``cast`` here (half.py), every
+    #: other op widened by core through float32 unless named in ``low_precision_ops``
+    dtypes: ClassVar[frozenset[np.dtype]] = (
+        frozenset(np.dtype(t) for t in (np.float32, np.float64, np.int32, np.int64)) | HALF
     )
+    #: ops run on 2-byte storage here, each passing conformance in float16 and bfloat16:
+    #: float32 inside and one rounding (kernels_half_ops.c), or exact moves and selections
+    #: of 2-byte values (numpy's, inherited); the rest are widened by core
+    low_precision_ops: ClassVar[frozenset[str]] = frozenset(
+        {"add", "sub", "mul", "div", "matmul", "linear", "softmax", "softmax_backward",
+         "layer_norm", "add_layer_norm", "gelu", "gelu_backward", "linear_gelu", "embedding",
+         "concatenate_last_axis", "split_last_axis", "where", "compare", "neg", "abs",
+         "maximum", "minimum", "max", "argmax"}
+    )  # fmt: skip
     #: named on the conformance certificate with their versions (an extra, not a requirement)
     libraries: ClassVar[tuple[str, ...]] = ("cffi",)
 

@@ -16,27 +16,19 @@ from typing import Any
 
 import numpy as np
 from riftco.backends.cpu.views import view
+from riftco.dtypes import LOW_PRECISION, bfloat16, float16
 from riftco.env_values import choice
 from riftco.tensor import Tensor
 
 from .primitives import SMALL_GEMM, matrix_layout, row_stride
 
-
-def _bfloat16() -> np.dtype | None:
-    try:
-        import ml_dtypes
-    except ImportError:
-        return None
-    return np.dtype(ml_dtypes.bfloat16)
-
-
-float16 = np.dtype(np.float16)
-bfloat16 = _bfloat16()
-#: kernels_half.c's `kind` of each 2-byte dtype (RIFT_F16, RIFT_BF16)
+#: kernels_half.c's `kind` of each 2-byte dtype (RIFT_F16, RIFT_BF16); bfloat16 only where
+#: ml_dtypes imports (riftco.dtypes says)
 KIND: dict[np.dtype, int] = {float16: 0}
 if bfloat16 is not None:
     KIND[bfloat16] = 1
 HALF = frozenset(KIND)
+assert HALF == LOW_PRECISION, "a low-precision dtype the native kernels do not know"
 _WIDE = {np.dtype(np.float32): ("half_from_f32", "half_to_f32", "float[]"),
          np.dtype(np.float64): ("half_from_f64", "half_to_f64", "double[]")}  # fmt: skip
 
