@@ -10,7 +10,8 @@ the shapes of ``make train``'s model (batch 16 x context 64 = 1,024 rows, width 
 512, 4 heads: softmax rows of 64) and 8x its rows. "widened" is the same backend with
 its ``low_precision_ops`` emptied for the call (core then casts in, runs float32, casts
 out), "native" the 2-byte kernel. Every table comes from one run in which the contenders
-alternate round-robin, so their ratio sees the same machine load.
+alternate (each round starting one contender later), so their ratio sees the same machine
+load. Medians; on a shared 2-core VM the spread between runs is large (rerun to compare).
 
     python bench/native_half.py [--sizes 1048576,16777216] [--reps 15] [--no-ops]
 
@@ -20,7 +21,9 @@ Writes bench/results/native_half.json.
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -29,9 +32,26 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(ROOT))
-from common import machine, round_robin, table, write_json  # noqa: E402
+from common import machine, table, write_json  # noqa: E402
 
 from backends.native import build  # noqa: E402
+
+
+def rotating(fns: dict[str, Any], reps: int) -> dict[str, float]:
+    """Median seconds per call of each function, every repetition calling each once in an
+    order rotated by one from the last (the first call of a round, after the team slept
+    through another contender's numpy call, is not always the same contender's)."""
+    names = list(fns)
+    for name in names:
+        fns[name]()
+    samples: dict[str, list[float]] = {k: [] for k in names}
+    for r in range(reps):
+        for i in range(len(names)):
+            name = names[(i + r) % len(names)]
+            t0 = time.perf_counter()
+            fns[name]()
+            samples[name].append(time.perf_counter() - t0)
+    return {k: statistics.median(v) for k, v in samples.items()}
 
 
 def conversion_cases(mod: Any, n: int) -> dict[str, tuple[Any, int]]:
@@ -132,7 +152,7 @@ def op_rows(rows_list: list[int], reps: int) -> list[dict[str, Any]]:
                 def native(fn: Any = fn, args: Any = args) -> Any:
                     return fn(*args)
 
-                times = round_robin({"widened": widened, "native": native}, reps)
+                times = rotating({"widened": widened, "native": native}, reps)
                 w, n = times["widened"], times["native"]
                 out.append({"op": name, "dtype": np.dtype(dtype).name, "widened ms": w * 1e3,
                             "native ms": n * 1e3, "widened/native": w / n})  # fmt: skip
@@ -152,7 +172,7 @@ def main() -> None:
     for n in (int(s) for s in args.sizes.split(",")):
         cases = conversion_cases(mod, n)
         with np.errstate(all="ignore"):
-            times = round_robin({k: c for k, (c, _) in cases.items()}, args.reps)
+            times = rotating({k: c for k, (c, _) in cases.items()}, args.reps)
         for name, (_, per) in cases.items():
             t = times[name]
             rows.append({"conversion": name, "elements": n, "ms": t * 1e3,
