@@ -73,7 +73,8 @@ class NativeBackend(NativeHalf, NativeAttention, NativeLinearGelu, NativePrimiti
     #: of 2-byte values (numpy's, inherited); the rest are widened by core
     low_precision_ops: ClassVar[frozenset[str]] = frozenset(
         {"add", "sub", "mul", "div", "matmul", "linear", "softmax", "softmax_backward",
-         "layer_norm", "add_layer_norm", "gelu", "gelu_backward", "linear_gelu", "embedding",
+         "layer_norm", "layer_norm_backward", "add_layer_norm", "add_layer_norm_backward",
+         "gelu", "gelu_backward", "linear_gelu", "embedding",
          "concatenate_last_axis", "split_last_axis", "where", "compare", "neg", "abs",
          "maximum", "minimum", "max", "argmax"}
     )  # fmt: skip
@@ -269,6 +270,8 @@ class NativeBackend(NativeHalf, NativeAttention, NativeLinearGelu, NativePrimiti
     def layer_norm_backward(
         self, dy: Tensor, x: Tensor, gamma: Tensor, mean: Tensor, rstd: Tensor
     ) -> tuple[Tensor, Tensor, Tensor]:
+        if x.dtype in HALF:
+            return self.half_ln_backward(dy, x, gamma, mean, rstd, None)
         dt, (rows, cols) = x.dtype, self._rows(x)
         dx, dxp = self._out(x.shape, dt)
         dg, dgp = self._out((cols,), dt)
@@ -297,6 +300,8 @@ class NativeBackend(NativeHalf, NativeAttention, NativeLinearGelu, NativePrimiti
     def add_layer_norm_backward(
         self, dy: Tensor, ds: Tensor, s: Tensor, gamma: Tensor, mean: Tensor, rstd: Tensor
     ) -> tuple[Tensor, Tensor, Tensor]:
+        if s.dtype in HALF:
+            return self.half_ln_backward(dy, s, gamma, mean, rstd, ds)
         dt, (rows, cols) = s.dtype, self._rows(s)
         dsum, p = self._out(s.shape, dt)
         dg, dgp = self._out((cols,), dt)

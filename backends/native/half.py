@@ -214,6 +214,29 @@ class NativeHalf:
         self._check(status, "add_layer_norm")
         return s, y, mean, rstd
 
+    def half_ln_backward(
+        self,
+        dy: Tensor,
+        x: Tensor,
+        gamma: Tensor,
+        mean: Tensor,
+        rstd: Tensor,
+        ds: Tensor | None,
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """layer_norm_backward (``ds`` None) or add_layer_norm_backward (``x`` is the sum
+        s, the first result ``dsum = ds + dx``): 2-byte results, float32 statistics in."""
+        rows, cols = self._rows(x)
+        dx, dxp = self._out(x.shape, x.dtype)
+        dg, dgp = self._out((cols,), x.dtype)
+        db, dbp = self._out((cols,), x.dtype)
+        dsp = self._ffi.NULL if ds is None else self._in(ds)
+        ins = (self._in(dy), self._in(x), self._in(gamma), self._in(mean), self._in(rstd))
+        status = self._lib.half_ln_backward(
+            *ins, dsp, dxp, dgp, dbp, rows, cols, KIND[x.dtype], self._f16c
+        )
+        self._check(status, "layer_norm_backward" if ds is None else "add_layer_norm_backward")
+        return dx, dg, db
+
     def half_embedding(self, table: Tensor, ids: Tensor) -> Tensor:
         """Rows copied bit for bit: a gather rounds nothing."""
         rows = bits(np.ascontiguousarray(view(table)).reshape(-1)).reshape(table.shape)

@@ -142,6 +142,59 @@ int half_add_layer_norm(const uint16_t *x, const uint16_t *res, const uint16_t *
     return status;
 }
 
+/* LayerNorm's backward (with ds: add_layer_norm's, dsum = ds + dx) on 2-byte dy, x, ds,
+ * gamma and float32 mean, rstd: the float32 kernel's blocks of RIFT_LN_ROWS rows, each
+ * widened into the thread's scratch and run through the same worker (ln_bwd_rows), its dx
+ * rounded once; the blocks' float32 partial dgamma, dbeta summed by the same colsum and
+ * rounded once. Returns 0, or -1 when scratch memory could not be allocated. */
+int half_ln_backward(const uint16_t *dy, const uint16_t *x, const uint16_t *g,
+                     const float *mean, const float *rstd, const uint16_t *ds, uint16_t *dx,
+                     uint16_t *dg, uint16_t *db, int64_t rows, int64_t cols, int kind,
+                     int f16c) {
+    int64_t blocks = (rows + RIFT_LN_ROWS - 1) / RIFT_LN_ROWS;
+    if (blocks == 0) blocks = 1;
+    float *part = (float *)rift_alloc(sizeof(float) * (size_t)((2 * blocks + 3) * cols + 1));
+    if (!part) return -1;
+    float *gf = part + 2 * blocks * cols, *dgf = gf + cols, *dbf = dgf + cols;
+    rift_to_f32_chunk(g, gf, cols, kind, f16c);
+    if (rows == 0) memset(part, 0, sizeof(float) * (size_t)(2 * cols));
+    int status = 0;
+    int64_t span = RIFT_LN_ROWS * cols;
+    RIFT_PRAGMA(omp parallel if (rows * cols > RIFT_PAR_ROWS))
+    {
+        float *w = (float *)rift_alloc(sizeof(float) * (size_t)(3 * span + 1));
+        if (!w) {
+            RIFT_PRAGMA(omp atomic write)
+            status = -1;
+        }
+        RIFT_PRAGMA(omp for schedule(static))
+        for (int64_t k = 0; k < blocks; k++) {
+            if (!w) continue;
+            int64_t lo = k * RIFT_LN_ROWS, hi = lo + RIFT_LN_ROWS < rows ? lo + RIFT_LN_ROWS : rows;
+            int64_t len = (hi - lo) * cols;
+            float *wdy = w, *wx = w + span, *wdx = w + 2 * span;
+            rift_to_f32_chunk(dy + lo * cols, wdy, len, kind, f16c);
+            rift_to_f32_chunk(x + lo * cols, wx, len, kind, f16c);
+            ln_bwd_rows_f32(wdy, wx, gf, mean + lo, rstd + lo, wdx, part + 2 * k * cols,
+                            part + (2 * k + 1) * cols, 0, hi - lo, cols);
+            if (ds) {
+                rift_to_f32_chunk(ds + lo * cols, wdy, len, kind, f16c);
+                add_row_f32(wdy, wdx, wdx, len);
+            }
+            rift_from_f32_chunk(wdx, dx + lo * cols, len, kind, f16c);
+        }
+        free(w);
+    }
+    if (status == 0) {
+        status |= colsum_f32(part, blocks, cols, 2 * cols, dgf);
+        status |= colsum_f32(part + cols, blocks, cols, 2 * cols, dbf);
+        rift_from_f32_chunk(dgf, dg, cols, kind, f16c);
+        rift_from_f32_chunk(dbf, db, cols, kind, f16c);
+    }
+    free(part);
+    return status;
+}
+
 /* -- matmul: float32 tiles from 2-byte panels ------------------------------------------ */
 /* Rows of C per float32 tile a thread computes and rounds while it is in cache. */
 #define RIFT_HALF_TILE_ROWS 128

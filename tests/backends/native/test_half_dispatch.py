@@ -41,6 +41,16 @@ class CountingCasts:
         monkeypatch.setattr(backend, "cast", cast)
 
 
+def _stats(x) -> tuple:
+    """LayerNorm's float32 mean and rstd of the rows of ``x`` (computed in float64)."""
+    v = x.numpy().astype(np.float64)
+    mean = v.mean(-1)
+    rstd = 1 / np.sqrt(v.var(-1) + 1e-5)
+    dev = x.device
+    return (riftco.tensor(mean.astype(np.float32), device=dev),
+            riftco.tensor(rstd.astype(np.float32), device=dev))  # fmt: skip
+
+
 def _cases(dtype) -> dict[str, tuple]:
     rng = np.random.default_rng(2)
     dev = riftco.device("native")
@@ -66,6 +76,9 @@ def _cases(dtype) -> dict[str, tuple]:
         "neg": (F.neg, (x,)), "abs": (F.abs, (x,)), "maximum": (F.maximum, (x, y)),
         "minimum": (F.minimum, (x, y)), "max": (lambda a: F.max(a, (1,)), (x,)),
         "argmax": (F.argmax, (x,)),
+        "layer_norm_backward": (F.layer_norm_backward, (y, x, t(300), *_stats(x))),
+        "add_layer_norm_backward": (F.add_layer_norm_backward,
+                                    (y, x, F.add(x, y), t(300), *_stats(F.add(x, y)))),
         "embedding": (F.embedding, (t(50, 300),
                                     riftco.tensor(np.array([[1, 4], [49, 0]]), device=dev))),
     }  # fmt: skip

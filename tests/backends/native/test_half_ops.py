@@ -286,3 +286,39 @@ def test_linear_gelu_applies_gelu_to_the_float32_sum(nb, dtype, approximate) -> 
         + 2.0**-20 * np.abs(exact_h)
     )
     assert np.all(np.abs(nb.to_numpy(y).astype(np.float64) - f) <= tol_y + TINY[dtype])
+
+
+@HALVES
+@pytest.mark.parametrize("fused", [False, True], ids=["layer_norm", "add_layer_norm"])
+def test_layer_norm_backward_rounds_once(nb, dtype, fused) -> None:
+    """150 rows: three blocks of the per-block partial sums (64 rows each), the last short."""
+    rng = np.random.default_rng(16)
+    rows, cols = 150, 96
+    x, dy, ds = (rounded(rng, (rows, cols), dtype, s) for s in (3, 1, 1))
+    g = rounded(rng, (cols,), dtype)
+    x64, dy64, g64 = (a.astype(np.float64) for a in (x, dy, g))
+    mu = x64.mean(-1)
+    rs = 1 / np.sqrt(x64.var(-1) + 1e-5)
+    mean, rstd = nb.from_numpy(mu.astype(np.float32)), nb.from_numpy(rs.astype(np.float32))
+    xt, dyt, gt = nb.from_numpy(x), nb.from_numpy(dy), nb.from_numpy(g)
+    if fused:
+        dx, dg, db = nb.add_layer_norm_backward(dyt, nb.from_numpy(ds), xt, gt, mean, rstd)
+    else:
+        dx, dg, db = nb.layer_norm_backward(dyt, xt, gt, mean, rstd)
+    assert (dx.dtype, dg.dtype, db.dtype) == (dtype, dtype, dtype)
+    # float64 math on the float32 statistics the kernel was given
+    m32, r32 = mu.astype(np.float32).astype(np.float64), rs.astype(np.float32).astype(np.float64)
+    xh = (x64 - m32[:, None]) * r32[:, None]
+    gdy = dy64 * g64
+    want_dx = r32[:, None] * (
+        gdy - gdy.mean(-1, keepdims=True) - xh * (gdy * xh).mean(-1, keepdims=True)
+    )
+    if fused:
+        want_dx = want_dx + ds.astype(np.float64)
+    want_dg, want_db = (dy64 * xh).sum(0), dy64.sum(0)
+    scale = r32[:, None] * (np.abs(gdy) + np.abs(gdy).mean(-1, keepdims=True) * (1 + np.abs(xh)))
+    tol = U[dtype] * np.abs(want_dx) + 64 * 2.0**-24 * (scale + np.abs(want_dx)) + TINY[dtype]
+    assert np.all(np.abs(nb.to_numpy(dx).astype(np.float64) - want_dx) <= tol)
+    for got, want, terms in ((dg, want_dg, np.abs(dy64 * xh)), (db, want_db, np.abs(dy64))):
+        t = U[dtype] * np.abs(want) + rows * 2.0**-23 * terms.sum(0) + TINY[dtype]
+        assert np.all(np.abs(nb.to_numpy(got).astype(np.float64) - want) <= t)
