@@ -72,9 +72,9 @@ class NativeBackend(NativeHalf, NativeAttention, NativeLinearGelu, NativePrimiti
     #: float32 inside and one rounding (kernels_half_ops.c), or exact moves and selections
     #: of 2-byte values (numpy's, inherited); the rest are widened by core
     low_precision_ops: ClassVar[frozenset[str]] = frozenset(
-        {"add", "sub", "mul", "div", "matmul", "linear", "softmax", "softmax_backward",
-         "layer_norm", "layer_norm_backward", "add_layer_norm", "add_layer_norm_backward",
-         "gelu", "gelu_backward", "linear_gelu", "embedding",
+        {"add", "sub", "mul", "div", "add_scalar", "mul_scalar", "matmul", "linear",
+         "linear_gelu", "softmax", "softmax_backward", "layer_norm", "layer_norm_backward",
+         "add_layer_norm", "add_layer_norm_backward", "gelu", "gelu_backward", "embedding",
          "concatenate_last_axis", "split_last_axis", "where", "compare", "neg", "abs",
          "maximum", "minimum", "max", "argmax"}
     )  # fmt: skip

@@ -127,6 +127,7 @@ int half_add_layer_norm(uint16_t *x, uint16_t *res, uint16_t *g, uint16_t *b, ui
 int half_ln_backward(uint16_t *dy, uint16_t *x, uint16_t *g, float *mean, float *rstd,
                      uint16_t *ds, uint16_t *dx, uint16_t *dg, uint16_t *db, int64_t rows,
                      int64_t cols, int kind, int f16c);
+void half_scalar(int op, uint16_t *x, uint16_t *y, int64_t n, float v, int kind, int f16c);
 int half_matmul(void *fn, int ta, int tb, int64_t M, int64_t N, int64_t K, uint16_t *A,
                 int64_t lda, uint16_t *B, int64_t ldb, uint16_t *C, uint16_t *bias, float *a,
                 float *b, uint16_t *Y, int approx, int kind, int f16c);

@@ -152,6 +152,23 @@ class NativeHalf:
             return self._half_binary("div", a, b)
         return super().div(a, b)  # type: ignore[misc]
 
+    def _half_scalar(self, op: str, x: Tensor, value: float) -> Tensor:
+        """``value`` as float32 (what the widened path adds or multiplies), one rounding."""
+        y, p = self._out(x.shape, x.dtype)
+        v = float(np.float32(value))
+        self._lib.half_scalar(_BINARY[op][0], self._in(x), p, x.size, v, KIND[x.dtype], self._f16c)
+        return y
+
+    def add_scalar(self, x: Tensor, value: float) -> Tensor:
+        if x.dtype in HALF:
+            return self._half_scalar("add", x, value)
+        return super().add_scalar(x, value)  # type: ignore[misc]
+
+    def mul_scalar(self, x: Tensor, value: float) -> Tensor:
+        if x.dtype in HALF:
+            return self._half_scalar("mul", x, value)
+        return super().mul_scalar(x, value)  # type: ignore[misc]
+
     def half_softmax(self, x: Tensor) -> Tensor:
         y, p = self._out(x.shape, x.dtype)
         rows, cols = self._rows(x)

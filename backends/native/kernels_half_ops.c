@@ -29,6 +29,30 @@ void half_binary(int op, const uint16_t *a, int64_t sa, const uint16_t *b, int64
     }
 }
 
+RIFT_CLONES static void rift_scalar_f32(int op, float *w, int64_t n, float v) {
+    if (op == RIFT_MUL) {
+        RIFT_SIMD
+        for (int64_t i = 0; i < n; i++) w[i] *= v;
+    } else {
+        RIFT_SIMD
+        for (int64_t i = 0; i < n; i++) w[i] += v;
+    }
+}
+
+/* y = x + v or x * v (op RIFT_ADD or RIFT_MUL), v the float32 the widened path uses. */
+void half_scalar(int op, const uint16_t *x, uint16_t *y, int64_t n, float v, int kind,
+                 int f16c) {
+    int64_t chunks = (n + RIFT_HALF_CHUNK - 1) / RIFT_HALF_CHUNK;
+    RIFT_PRAGMA(omp parallel for schedule(static) if (n > RIFT_PAR_MEM))
+    for (int64_t c = 0; c < chunks; c++) {
+        float w[RIFT_HALF_CHUNK];
+        int64_t lo = c * RIFT_HALF_CHUNK, len = n - lo < RIFT_HALF_CHUNK ? n - lo : RIFT_HALF_CHUNK;
+        rift_to_f32_chunk(x + lo, w, len, kind, f16c);
+        rift_scalar_f32(op, w, len, v);
+        rift_from_f32_chunk(w, y + lo, len, kind, f16c);
+    }
+}
+
 /* Two 2-byte rows of `cols` widened into w[0, cols) and w[cols, 2 cols). */
 static void rift_widen_rows(const uint16_t *a, const uint16_t *b, float *w, int64_t cols,
                             int kind, int f16c) {

@@ -61,7 +61,8 @@ def _cases(dtype) -> dict[str, tuple]:
     x, y = t(64, 300), t(64, 300)
     return {
         "add": (F.add, (x, y)), "sub": (F.sub, (x, y)), "mul": (F.mul, (x, y)),
-        "div": (F.div, (x, y)), "softmax": (F.softmax, (x,)),
+        "div": (F.div, (x, y)), "add_scalar": (lambda a: F.add_scalar(a, 0.1), (x,)),
+        "mul_scalar": (lambda a: F.mul_scalar(a, 1 / 3), (x,)), "softmax": (F.softmax, (x,)),
         "softmax_backward": (F.softmax_backward, (y, F.softmax(x))),
         "layer_norm": (lambda a, g, b: F.layer_norm(a, g, b, 1e-5), (x, t(300), t(300))),
         "matmul": (F.matmul, (x, t(300, 40))), "linear": (F.linear, (x, t(300, 40), t(40))),

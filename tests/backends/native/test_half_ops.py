@@ -322,3 +322,20 @@ def test_layer_norm_backward_rounds_once(nb, dtype, fused) -> None:
     for got, want, terms in ((dg, want_dg, np.abs(dy64 * xh)), (db, want_db, np.abs(dy64))):
         t = U[dtype] * np.abs(want) + rows * 2.0**-23 * terms.sum(0) + TINY[dtype]
         assert np.all(np.abs(nb.to_numpy(got).astype(np.float64) - want) <= t)
+
+
+@HALVES
+@pytest.mark.parametrize("op", ["add_scalar", "mul_scalar"])
+def test_scalar_ops_use_the_float32_value_and_round_once(nb, dtype, op) -> None:
+    """1/3 and 0.1 are not 2-byte values: rounded to float32 first (as the widened path
+    does), the products and sums differ from those with the value rounded to the dtype."""
+    rng = np.random.default_rng(17)
+    x = rounded(rng, (100, 333), dtype, 10)
+    value = 1 / 3 if op == "mul_scalar" else 0.1
+    got = nb.to_numpy(getattr(nb, op)(nb.from_numpy(x), value))
+    v32 = np.float32(value)
+    wide = x.astype(np.float32) * v32 if op == "mul_scalar" else x.astype(np.float32) + v32
+    assert np.array_equal(bits(got), bits(wide.astype(dtype)))  # the widened definition
+    v16 = np.float32(dtype.type(value))
+    other = x.astype(np.float32) * v16 if op == "mul_scalar" else x.astype(np.float32) + v16
+    assert not np.array_equal(bits(got), bits(other.astype(dtype)))
