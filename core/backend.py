@@ -105,6 +105,8 @@ class Capabilities:
     dtypes: frozenset[np.dtype]
     fused: frozenset[str]
     accepts_strided: bool = False
+    #: the ops run in float16/bfloat16 storage natively; the others are widened
+    low_precision_ops: frozenset[str] = frozenset()
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -112,6 +114,7 @@ class Capabilities:
             "fused": {u.name: ("native" if u.name in self.fused else "composite")
                       for u in units("fused")},
             "accepts_strided": self.accepts_strided,
+            "low_precision_ops": sorted(self.low_precision_ops),
         }  # fmt: skip
 
 
@@ -206,7 +209,9 @@ class BackendBase:
     @classmethod
     def capabilities(cls) -> Capabilities:
         fused = frozenset(u.name for u in units("fused") if callable(getattr(cls, u.name, None)))
-        return Capabilities(frozenset(cls.dtypes), fused, cls.accepts_strided)
+        return Capabilities(
+            frozenset(cls.dtypes), fused, cls.accepts_strided, frozenset(cls.low_precision_ops)
+        )
 
     def wrap(
         self,

@@ -69,6 +69,13 @@ def _backends(argv: Sequence[str]) -> int:
             )
             print(f"  fused native: {', '.join(native) or '-'}")
             print(f"  fused composite: {', '.join(composite) or '-'}")
+            half = [d for d in caps["dtypes"] if d in ("float16", "bfloat16")]
+            if half:
+                own = ", ".join(caps.get("low_precision_ops", ())) or "none"
+                print(
+                    f"  {', '.join(half)}: run in half storage: {own}; every other op in "
+                    "float32 on this device, rounded once"
+                )
     for plugin, reason in registry.failed_plugins.items():
         shown = plugin in registry.entries and registry.entries[plugin].is_placeholder
         if not shown:  # e.g. it lost a name clash: its name belongs to another backend

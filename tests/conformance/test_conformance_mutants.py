@@ -1,12 +1,12 @@
 """The conformance suite's own test: every deliberately broken backend fails, at its op.
 
-For each mutant (``conformance_mutants.py``: 61 plausible bugs over every op module) the
+For each mutant (``conformance_mutants.py``: 66 plausible bugs over every op module) the
 suite runs on that op's cases and must report a failure or error there, with the op in the
 case id or the message. Whole-suite runs then check that no *other* op is blamed
 (composites built on a broken primitive may fail too: they really are wrong there), and
 that a raising model check still ends with the table and the JSON.
 
-``make test`` runs three mutants through every case; ``make test-deep`` runs all 61
+``make test`` runs three mutants through every case; ``make test-deep`` runs all 66
 through every case their bug can reach (``conformance_trace.py``: the others run the
 reference's own code and pass as it does). The three full runs also check that trace:
 every case they find failing is one it names.
@@ -25,6 +25,7 @@ from conformance_mutants import (
     MUTANTS,
     AttentionMasksDiagonal,
     Base,
+    CastFlushesSubnormals,
     DenseOnlyCopyIgnoresOffset,
     ExpIgnoresOffset,
     LayerNormBackwardDgammaOff,
@@ -82,8 +83,9 @@ _WHOLE_SUITE = (
           (LayerNormBackwardDgammaOff, "layer_norm_backward")]
 )  # fmt: skip
 #: Mutants of what core uses to prepare every other op's operands (a dense-only backend's
-#: copy of a view): every op that receives a copied view is really wrong there.
-_PREPARES_OPERANDS = {DenseOnlyCopyIgnoresOffset}
+#: copy of a view; the cast that widens float16 operands to float32 and rounds results
+#: back): every op that receives a copied view, or runs widened, is really wrong there.
+_PREPARES_OPERANDS = {DenseOnlyCopyIgnoresOffset, CastFlushesSubnormals}
 #: Mutants of the download every case reads its results through: every case fails, and
 #: each must say that op broke.
 _READS_EVERY_RESULT = {ToNumpyReturnsBufferView}

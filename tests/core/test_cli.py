@@ -40,6 +40,7 @@ def test_backends_text_lists_cpu_available(registry, capsys):
     end = next(i for i in range(start + 1, len(lines)) if not lines[i].startswith(" "))
     cpu = lines[start:end]
     assert f"  device cpu:0  host CPU (numpy)  dtypes: {CPU_DTYPES}" in cpu
+    assert any(x.startswith("  bfloat16, float16: run in half storage: none;") for x in cpu)
     version = ".".join(map(str, PROTOCOL_VERSION))
     assert any(f"distribution riftco {riftco.__version__}, protocol {version}" in x for x in cpu)
     assert "protocol 1.0" in lines[lines.index("older  [available]") + 1]  # its own, not ours
@@ -57,6 +58,7 @@ def test_backends_json_lists_cpu_with_capabilities(registry, capsys):
     assert cpu["available"] is True and cpu["reason"] == ""
     assert cpu["protocol_version"] == list(PROTOCOL_VERSION) and cpu["distribution"] == "riftco"
     assert cpu["capabilities"]["dtypes"] == CPU_DTYPES.split(", ")
+    assert cpu["capabilities"]["low_precision_ops"] == []
     assert cpu["capabilities"]["fused"] == {op: "native" for op in FUSED_OPS}
     assert cpu["capabilities"]["accepts_strided"] is True
     assert cpu["devices"][0]["index"] == 0 and "float64" in cpu["devices"][0]["dtypes"]
