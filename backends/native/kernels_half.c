@@ -212,16 +212,25 @@ static void rift_half_chunk(int op, const void *x, void *y, int64_t len, int kin
     }
 }
 
+/* The body once per chunk of RIFT_HALF_CHUNK of n elements (it sees `lo` and `len`), the
+ * chunks split over the team above `par` elements. */
+#define RIFT_HALF_EACH_CHUNK(n, par, ...)                                                   \
+    do {                                                                                    \
+        int64_t chunks_ = ((n) + RIFT_HALF_CHUNK - 1) / RIFT_HALF_CHUNK;                    \
+        RIFT_PRAGMA(omp parallel for schedule(static) if ((n) > (par)))                     \
+        for (int64_t c_ = 0; c_ < chunks_; c_++) {                                          \
+            int64_t lo = c_ * RIFT_HALF_CHUNK;                                              \
+            int64_t len = lo + RIFT_HALF_CHUNK < (n) ? RIFT_HALF_CHUNK : (n) - lo;          \
+            __VA_ARGS__                                                                     \
+        }                                                                                   \
+    } while (0)
+
 static void rift_half_run(int op, const void *x, size_t xs, void *y, size_t ys, int64_t n,
                           int kind, int f16c) {
-    int64_t chunks = (n + RIFT_HALF_CHUNK - 1) / RIFT_HALF_CHUNK;
-    RIFT_PRAGMA(omp parallel for schedule(static) if (n > RIFT_HALF_PAR))
-    for (int64_t c = 0; c < chunks; c++) {
-        int64_t lo = c * RIFT_HALF_CHUNK;
-        int64_t len = lo + RIFT_HALF_CHUNK < n ? RIFT_HALF_CHUNK : n - lo;
+    RIFT_HALF_EACH_CHUNK(n, RIFT_HALF_PAR, {
         rift_half_chunk(op, (const char *)x + (size_t)lo * xs, (char *)y + (size_t)lo * ys, len,
                         kind, f16c);
-    }
+    });
 }
 
 void half_from_f32(const float *x, uint16_t *y, int64_t n, int kind, int f16c) {

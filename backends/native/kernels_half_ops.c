@@ -42,15 +42,12 @@ RIFT_CLONES static void rift_scalar_f32(int op, float *w, int64_t n, float v) {
 /* y = x + v or x * v (op RIFT_ADD or RIFT_MUL), v the float32 the widened path uses. */
 void half_scalar(int op, const uint16_t *x, uint16_t *y, int64_t n, float v, int kind,
                  int f16c) {
-    int64_t chunks = (n + RIFT_HALF_CHUNK - 1) / RIFT_HALF_CHUNK;
-    RIFT_PRAGMA(omp parallel for schedule(static) if (n > RIFT_PAR_MEM))
-    for (int64_t c = 0; c < chunks; c++) {
+    RIFT_HALF_EACH_CHUNK(n, RIFT_PAR_MEM, {
         float w[RIFT_HALF_CHUNK];
-        int64_t lo = c * RIFT_HALF_CHUNK, len = n - lo < RIFT_HALF_CHUNK ? n - lo : RIFT_HALF_CHUNK;
         rift_to_f32_chunk(x + lo, w, len, kind, f16c);
         rift_scalar_f32(op, w, len, v);
         rift_from_f32_chunk(w, y + lo, len, kind, f16c);
-    }
+    });
 }
 
 /* Two 2-byte rows of `cols` widened into w[0, cols) and w[cols, 2 cols). */
@@ -103,29 +100,23 @@ int half_softmax_backward(const uint16_t *dy, const uint16_t *y, uint16_t *dx, i
 
 /* GELU and its backward, chunk by chunk through float32 stack buffers. */
 void half_gelu(const uint16_t *x, uint16_t *y, int64_t n, int approx, int kind, int f16c) {
-    int64_t chunks = (n + RIFT_HALF_CHUNK - 1) / RIFT_HALF_CHUNK;
-    RIFT_PRAGMA(omp parallel for schedule(static) if (n > RIFT_PAR_MIN))
-    for (int64_t c = 0; c < chunks; c++) {
+    RIFT_HALF_EACH_CHUNK(n, RIFT_PAR_MIN, {
         float w[RIFT_HALF_CHUNK];
-        int64_t lo = c * RIFT_HALF_CHUNK, len = n - lo < RIFT_HALF_CHUNK ? n - lo : RIFT_HALF_CHUNK;
         rift_to_f32_chunk(x + lo, w, len, kind, f16c);
         gelu_chunk_f32(w, w, len, approx);
         rift_from_f32_chunk(w, y + lo, len, kind, f16c);
-    }
+    });
 }
 
 void half_gelu_backward(const uint16_t *dy, const uint16_t *x, uint16_t *dx, int64_t n,
                         int approx, int kind, int f16c) {
-    int64_t chunks = (n + RIFT_HALF_CHUNK - 1) / RIFT_HALF_CHUNK;
-    RIFT_PRAGMA(omp parallel for schedule(static) if (n > RIFT_PAR_MIN))
-    for (int64_t c = 0; c < chunks; c++) {
+    RIFT_HALF_EACH_CHUNK(n, RIFT_PAR_MIN, {
         float wd[RIFT_HALF_CHUNK], wx[RIFT_HALF_CHUNK];
-        int64_t lo = c * RIFT_HALF_CHUNK, len = n - lo < RIFT_HALF_CHUNK ? n - lo : RIFT_HALF_CHUNK;
         rift_to_f32_chunk(dy + lo, wd, len, kind, f16c);
         rift_to_f32_chunk(x + lo, wx, len, kind, f16c);
         gelu_bwd_chunk_f32(wd, wx, wd, len, approx);
         rift_from_f32_chunk(wd, dx + lo, len, kind, f16c);
-    }
+    });
 }
 
 /* y in the 2-byte dtype; mean and rstd stay float32 (HALF_SPEC: statistics of a
