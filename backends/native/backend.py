@@ -80,6 +80,7 @@ class NativeBackend(NativeHalf, NativeAttention, NativeLinearGelu, NativePrimiti
         {"add", "sub", "mul", "div", "add_scalar", "mul_scalar", "matmul", "linear",
          "linear_gelu", "softmax", "softmax_backward", "layer_norm", "layer_norm_backward",
          "add_layer_norm", "add_layer_norm_backward", "gelu", "gelu_backward", "embedding",
+         "cross_entropy", "cross_entropy_backward",
          "concatenate_last_axis", "split_last_axis", "where", "compare", "neg", "abs",
          "maximum", "minimum", "max", "argmax"}
     )  # fmt: skip
@@ -355,6 +356,8 @@ class NativeBackend(NativeHalf, NativeAttention, NativeLinearGelu, NativePrimiti
         return out
 
     def cross_entropy(self, logits: Tensor, targets: Tensor) -> tuple[Tensor, Tensor]:
+        if logits.dtype in HALF:
+            return self.half_cross_entropy(logits, targets)
         n, v = logits.shape
         loss, lp = self._out((n,), logits.dtype)
         lse, sp = self._out((n,), logits.dtype)
@@ -364,6 +367,8 @@ class NativeBackend(NativeHalf, NativeAttention, NativeLinearGelu, NativePrimiti
     def cross_entropy_backward(
         self, dloss: Tensor, logits: Tensor, targets: Tensor, lse: Tensor
     ) -> Tensor:
+        if logits.dtype in HALF:
+            return self.half_cross_entropy_backward(dloss, logits, targets, lse)
         n, v = logits.shape
         g, gp = self._out((n, v), logits.dtype)
         dp = self._ptr(dloss.storage.buffer, dloss.offset)  # 1-D, any stride (often 0)

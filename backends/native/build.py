@@ -128,6 +128,11 @@ int half_ln_backward(uint16_t *dy, uint16_t *x, uint16_t *g, float *mean, float 
                      uint16_t *ds, uint16_t *dx, uint16_t *dg, uint16_t *db, int64_t rows,
                      int64_t cols, int kind, int f16c);
 void half_scalar(int op, uint16_t *x, uint16_t *y, int64_t n, float v, int kind, int f16c);
+int half_cross_entropy(uint16_t *logits, int64_t *t, float *loss, float *lse, int64_t n,
+                       int64_t V, int kind, int f16c);
+int half_cross_entropy_backward(float *dloss, int64_t ds, uint16_t *logits, int64_t *t,
+                                float *lse, uint16_t *dl, int64_t n, int64_t V, int kind,
+                                int f16c);
 int half_matmul(void *fn, int ta, int tb, int64_t M, int64_t N, int64_t K, uint16_t *A,
                 int64_t lda, uint16_t *B, int64_t ldb, uint16_t *C, uint16_t *bias, float *a,
                 float *b, uint16_t *Y, int approx, int kind, int f16c);

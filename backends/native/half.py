@@ -67,6 +67,8 @@ class NativeHalf:
     _in: Any
     _check: Any
     _rows: Any
+    _ids: Any
+    _ptr: Any
     _gemm: dict[np.dtype, Any]
     _single_blas: Any
     result: Any
@@ -253,6 +255,30 @@ class NativeHalf:
         )
         self._check(status, "layer_norm_backward" if ds is None else "add_layer_norm_backward")
         return dx, dg, db
+
+    def half_cross_entropy(self, logits: Tensor, targets: Tensor) -> tuple[Tensor, Tensor]:
+        """Loss rows and lse in float32 (HALF_SPEC)."""
+        n, v = logits.shape
+        loss, lp = self._out((n,), _F32)
+        lse, sp = self._out((n,), _F32)
+        status = self._lib.half_cross_entropy(
+            self._in(logits), self._ids(targets), lp, sp, n, v, KIND[logits.dtype], self._f16c
+        )
+        self._check(status, "cross_entropy")
+        return loss, lse
+
+    def half_cross_entropy_backward(
+        self, dloss: Tensor, logits: Tensor, targets: Tensor, lse: Tensor
+    ) -> Tensor:
+        n, v = logits.shape
+        g, gp = self._out((n, v), logits.dtype)
+        dp = self._ptr(dloss.storage.buffer, dloss.offset)  # float32, 1-D, any stride
+        status = self._lib.half_cross_entropy_backward(
+            dp, dloss.strides[0], self._in(logits), self._ids(targets), self._in(lse), gp, n, v,
+            KIND[logits.dtype], self._f16c,
+        )  # fmt: skip
+        self._check(status, "cross_entropy_backward")
+        return g
 
     def half_embedding(self, table: Tensor, ids: Tensor) -> Tensor:
         """Rows copied bit for bit: a gather rounds nothing."""

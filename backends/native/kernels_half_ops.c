@@ -157,6 +157,40 @@ int half_add_layer_norm(const uint16_t *x, const uint16_t *res, const uint16_t *
     return status;
 }
 
+/* Cross-entropy on 2-byte logits [n x V]: loss rows and lse in float32 (HALF_SPEC), from
+ * the float32 kernel's row worker on the widened row. */
+int half_cross_entropy(const uint16_t *logits, const int64_t *t, float *loss, float *lse,
+                       int64_t n, int64_t V, int kind, int f16c) {
+    int status = 0;
+    RIFT_HALF_ROWS(n, V, V, {
+        rift_to_f32_chunk(logits + r * V, w, V, kind, f16c);
+        float l = lse_row_f32(w, V);
+        lse[r] = l;
+        loss[r] = t[r] < 0 ? 0.0f : l - w[t[r]];
+    });
+    return status;
+}
+
+/* dlogits (2-byte) = dloss[i] (float32, element stride ds) * (exp(logits - lse) - onehot),
+ * rounded once; ignored rows (t < 0) are +0. */
+int half_cross_entropy_backward(const float *dloss, int64_t ds, const uint16_t *logits,
+                                const int64_t *t, const float *lse, uint16_t *dl, int64_t n,
+                                int64_t V, int kind, int f16c) {
+    int status = 0;
+    RIFT_HALF_ROWS(n, V, V, {
+        if (t[r] < 0) {
+            memset(dl + r * V, 0, sizeof(uint16_t) * (size_t)V);
+        } else {
+            float s = dloss[r * ds];
+            rift_to_f32_chunk(logits + r * V, w, V, kind, f16c);
+            ce_bwd_row_f32(w, w, V, lse[r], s);
+            w[t[r]] -= s;
+            rift_from_f32_chunk(w, dl + r * V, V, kind, f16c);
+        }
+    });
+    return status;
+}
+
 /* LayerNorm's backward (with ds: add_layer_norm's, dsum = ds + dx) on 2-byte dy, x, ds,
  * gamma and float32 mean, rstd: the float32 kernel's blocks of RIFT_LN_ROWS rows, each
  * widened into the thread's scratch and run through the same worker (ln_bwd_rows), its dx

@@ -339,3 +339,33 @@ def test_scalar_ops_use_the_float32_value_and_round_once(nb, dtype, op) -> None:
     v16 = np.float32(dtype.type(value))
     other = x.astype(np.float32) * v16 if op == "mul_scalar" else x.astype(np.float32) + v16
     assert not np.array_equal(bits(got), bits(other.astype(dtype)))
+
+
+@HALVES
+def test_cross_entropy_keeps_float32_rows_and_rounds_the_gradient_once(nb, dtype) -> None:
+    rng = np.random.default_rng(18)
+    n, v = 70, 500
+    logits = rounded(rng, (n, v), dtype, 4)
+    t = rng.integers(0, v, n)
+    t[::9] = -1  # ignored rows
+    lt, tt = nb.from_numpy(logits), nb.from_numpy(t.astype(np.int64))
+    loss, lse = nb.cross_entropy(lt, tt)
+    assert loss.dtype == np.float32 and lse.dtype == np.float32
+    x64 = logits.astype(np.float64)
+    m = x64.max(-1)
+    want_lse = m + np.log(np.exp(x64 - m[:, None]).sum(-1))
+    picked = x64[np.arange(n), np.maximum(t, 0)]
+    want_loss = np.where(t < 0, 0.0, want_lse - picked)
+    assert np.allclose(nb.to_numpy(lse), want_lse, rtol=2e-6, atol=2e-6)
+    assert np.allclose(nb.to_numpy(loss), want_loss, rtol=1e-5, atol=1e-5)
+    dloss = rng.standard_normal(n).astype(np.float32)
+    g = nb.cross_entropy_backward(nb.from_numpy(dloss), lt, tt, lse)
+    assert g.dtype == dtype
+    p = np.exp(x64 - want_lse[:, None])
+    onehot = np.zeros((n, v))
+    onehot[np.arange(n), np.maximum(t, 0)] = 1
+    want = np.where(t[:, None] < 0, 0.0, dloss[:, None].astype(np.float64) * (p - onehot))
+    tol = U[dtype] * np.abs(want) + 1e-5 * np.abs(dloss[:, None]) * (p + onehot) + TINY[dtype]
+    got = nb.to_numpy(g).astype(np.float64)
+    assert np.all(np.abs(got - want) <= tol)
+    assert np.all(got[t < 0] == 0) and not np.signbit(got[t < 0]).any()
