@@ -78,11 +78,11 @@ class NativeBackend(NativeHalf, NativeAttention, NativeLinearGelu, NativePrimiti
     #: of 2-byte values (numpy's, inherited); the rest are widened by core
     low_precision_ops: ClassVar[frozenset[str]] = frozenset(
         {"add", "sub", "mul", "div", "add_scalar", "mul_scalar", "matmul", "linear",
-         "linear_gelu", "softmax", "softmax_backward", "layer_norm", "layer_norm_backward",
-         "add_layer_norm", "add_layer_norm_backward", "gelu", "gelu_backward", "embedding",
-         "cross_entropy", "cross_entropy_backward",
-         "concatenate_last_axis", "split_last_axis", "where", "compare", "neg", "abs",
-         "maximum", "minimum", "max", "argmax"}
+         "linear_backward", "linear_gelu", "linear_gelu_backward", "softmax",
+         "softmax_backward", "layer_norm", "layer_norm_backward", "add_layer_norm",
+         "add_layer_norm_backward", "gelu", "gelu_backward", "embedding", "cross_entropy",
+         "cross_entropy_backward", "concatenate_last_axis", "split_last_axis", "where",
+         "compare", "neg", "abs", "maximum", "minimum", "max", "argmax"}
     )  # fmt: skip
     #: named on the conformance certificate with their versions (an extra, not a requirement)
     libraries: ClassVar[tuple[str, ...]] = ("cffi",)

@@ -133,6 +133,10 @@ int half_cross_entropy(uint16_t *logits, int64_t *t, float *loss, float *lse, in
 int half_cross_entropy_backward(float *dloss, int64_t ds, uint16_t *logits, int64_t *t,
                                 float *lse, uint16_t *dl, int64_t n, int64_t V, int kind,
                                 int f16c);
+int half_linear_backward(void *fn, int64_t M, int64_t N, int64_t K, uint16_t *X, int64_t ldx,
+                         uint16_t *W, int64_t ldw, uint16_t *dY, int64_t ldy, uint16_t *H,
+                         int64_t ldh, uint16_t *dX, uint16_t *dW, uint16_t *db, float *f,
+                         int gelu, int kind, int f16c);
 int half_matmul(void *fn, int ta, int tb, int64_t M, int64_t N, int64_t K, uint16_t *A,
                 int64_t lda, uint16_t *B, int64_t ldb, uint16_t *C, uint16_t *bias, float *a,
                 float *b, uint16_t *Y, int approx, int kind, int f16c);

@@ -71,6 +71,7 @@ class NativeHalf:
     _ptr: Any
     _gemm: dict[np.dtype, Any]
     _single_blas: Any
+    _row_major: Any
     result: Any
 
     def _u16(self, arr: np.ndarray) -> Any:
@@ -286,12 +287,16 @@ class NativeHalf:
         picked = np.take(rows, np.asarray(view(ids), dtype=np.int64), axis=0)
         return self.result(picked.view(table.dtype), table.dtype)
 
-    def _widened(self, method: Any, *args: Any) -> Tensor:
+    def _widened(self, method: Any, *args: Any) -> Any:
         """``method`` (the float32 one) on float32 copies of the 2-byte tensor operands,
-        its result rounded once back: the layouts and sizes the C kernel does not take."""
+        its result (or each of its results) rounded once back: the layouts and sizes the C
+        kernels do not take."""
         dtype = next(a.dtype for a in args if isinstance(a, Tensor))
         wide = [self.cast(a, _F32) if isinstance(a, Tensor) else a for a in args]
-        return self.cast(method(*wide), dtype)
+        out = method(*wide)
+        if isinstance(out, tuple):
+            return tuple(self.cast(o, dtype) for o in out)
+        return self.cast(out, dtype)
 
     def _half_matmul(
         self, a: Tensor, b: Tensor, ta: bool, tb: bool, bias: Tensor | None, gelu: str = ""
@@ -355,6 +360,51 @@ class NativeHalf:
             assert y is not None
             return y, h
         wide = super().linear_gelu  # type: ignore[misc]
-        dtype = x.dtype
-        y32, h32 = wide(*(self.cast(t, _F32) for t in (x, weight, bias)), approximate)
-        return self.cast(y32, dtype), self.cast(h32, dtype)
+        return self._widened(lambda a, w, b: wide(a, w, b, approximate), x, weight, bias)
+
+    def linear_backward(self, dy: Tensor, x: Tensor, w: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        if x.dtype not in HALF:
+            return super().linear_backward(dy, x, w)  # type: ignore[misc]
+        return self._half_linear_backward(dy, x, w, None, "")
+
+    def linear_gelu_backward(
+        self, dy: Tensor, x: Tensor, weight: Tensor, h: Tensor, approximate: str
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        if x.dtype not in HALF:
+            return super().linear_gelu_backward(dy, x, weight, h, approximate)  # type: ignore[misc]
+        return self._half_linear_backward(dy, x, weight, h, approximate)
+
+    def _half_linear_backward(
+        self, dy: Tensor, x: Tensor, w: Tensor, h: Tensor | None, gelu: str
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """``(dx, dw, db)`` of ``y = x @ w + b`` (``gelu``: of ``gelu(h)``, ``h`` that sum):
+        the float32 kernel on float32 copies made in one C call, the gradients rounded
+        once. Nothing saved but the casts' dispatch: the passes over memory are the
+        widened path's, and so are the bits."""
+        gemm = self._gemm.get(_F32)
+        m, k = x.shape
+        n = w.shape[1]
+        if gemm is None or 0 in (m, k, n):
+            if gelu:
+                wide = super().linear_gelu_backward  # type: ignore[misc]
+                return self._widened(lambda d, a, b, c: wide(d, a, b, c, gelu), dy, x, w, h)
+            return self._widened(super().linear_backward, dy, x, w)  # type: ignore[misc]
+        (x, ldx), (w, ldw), (dy, ldy) = (self._row_major(t) for t in (x, w, dy))
+        hp, ldh = self._ffi.NULL, 0
+        if h is not None:
+            h, ldh = self._row_major(h)
+            hp = self._at(h)
+        dx, dxp = self._out((m, k), x.dtype)
+        dw, dwp = self._out((k, n), x.dtype)
+        db, dbp = self._out((n,), x.dtype)
+        floats = 2 * m * k + 2 * k * n + m * n + n + (2 * m * n if gelu else 0)
+        scratch, sp = self._out((floats,), _F32)  # pooled: back to the pool below
+        with self._single_blas():
+            status = self._lib.half_linear_backward(
+                gemm, m, n, k, self._at(x), ldx, self._at(w), ldw, self._at(dy), ldy, hp, ldh,
+                dxp, dwp, dbp, sp, int(gelu == "tanh") if gelu else -1, KIND[x.dtype],
+                self._f16c,
+            )  # fmt: skip
+        del sp, scratch  # the pointer first: with it alive, the pool refuses the buffer
+        self._check(status, "linear_gelu_backward" if gelu else "linear_backward")
+        return dx, dw, db

@@ -312,3 +312,34 @@ int half_matmul(void *fn, int ta, int tb, int64_t M, int64_t N, int64_t K, const
     free(bf);
     return status;
 }
+
+/* linear_backward (gelu < 0) or linear_gelu_backward (gelu: its form, h the pre-activation)
+ * on 2-byte dY [M x N], X [M x K], W [K x N] (row strides ldy, ldx, ldw): the operands
+ * widened into the caller's float32 scratch `f` (dense), the float32 kernel run on them
+ * (its parts, its column sums: the widened path's bits), dX, dW, db rounded once. `f` holds
+ * M*K + K*N + M*N + M*K + K*N + N (+ M*N + M*N with GELU) floats. Returns the kernel's
+ * status (-1: its scratch could not be allocated). */
+int half_linear_backward(void *fn, int64_t M, int64_t N, int64_t K, const uint16_t *X,
+                         int64_t ldx, const uint16_t *W, int64_t ldw, const uint16_t *dY,
+                         int64_t ldy, const uint16_t *H, int64_t ldh, uint16_t *dX,
+                         uint16_t *dW, uint16_t *db, float *f, int gelu, int kind, int f16c) {
+    float *x = f, *w = x + M * K, *dy = w + K * N, *dx = dy + M * N, *dw = dx + M * K;
+    float *dbf = dw + K * N, *h = dbf + N, *dh = h + M * N;
+    rift_widen_matrix(X, M, K, ldx, x, kind, f16c);
+    rift_widen_matrix(W, K, N, ldw, w, kind, f16c);
+    rift_widen_matrix(dY, M, N, ldy, dy, kind, f16c);
+    int status;
+    if (gelu < 0) {
+        status = linear_backward_f32(fn, M, N, K, x, K, w, N, dy, N, dx, dw, dbf);
+    } else {
+        rift_widen_matrix(H, M, N, ldh, h, kind, f16c);
+        status = linear_gelu_backward_f32(fn, M, N, K, x, K, w, N, dy, N, h, N, dh, dx, dw, dbf,
+                                          gelu);
+    }
+    if (status == 0) {
+        half_from_f32(dx, dX, M * K, kind, f16c);
+        half_from_f32(dw, dW, K * N, kind, f16c);
+        half_from_f32(dbf, db, N, kind, f16c);
+    }
+    return status;
+}

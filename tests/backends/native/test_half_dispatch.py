@@ -85,6 +85,9 @@ def _cases(dtype) -> dict[str, tuple]:
         "cross_entropy_backward": (F.cross_entropy_backward,
                                    (F.cross_entropy(x, targets)[0], x, targets,
                                     F.cross_entropy(x, targets)[1])),
+        "linear_backward": (F.linear_backward, (t(64, 40), x, t(300, 40))),
+        "linear_gelu_backward": (lambda d, a, w, h: F.linear_gelu_backward(d, a, w, h, "none"),
+                                 (t(64, 40), x, t(300, 40), t(64, 40))),
         "embedding": (F.embedding, (t(50, 300),
                                     riftco.tensor(np.array([[1, 4], [49, 0]]), device=dev))),
     }  # fmt: skip

@@ -369,3 +369,29 @@ def test_cross_entropy_keeps_float32_rows_and_rounds_the_gradient_once(nb, dtype
     got = nb.to_numpy(g).astype(np.float64)
     assert np.all(np.abs(got - want) <= tol)
     assert np.all(got[t < 0] == 0) and not np.signbit(got[t < 0]).any()
+
+
+@HALVES
+@pytest.mark.parametrize("gelu", ["", "tanh"])
+def test_linear_backward_rounds_each_gradient_once(nb, dtype, gelu) -> None:
+    rng = np.random.default_rng(19)
+    m, k, n = 200, 48, 72
+    x, w, dy = rounded(rng, (m, k), dtype), rounded(rng, (k, n), dtype), rounded(rng, (m, n), dtype)
+    x64, w64, dy64 = (a.astype(np.float64) for a in (x, w, dy))
+    g64 = dy64
+    if gelu:
+        h = rounded(rng, (m, n), dtype, 2)
+        h64 = h.astype(np.float64)
+        dx_, dw_, db_ = nb.linear_gelu_backward(*(nb.from_numpy(a) for a in (dy, x, w, h)), gelu)
+        g64 = dy64 * gelu64(h64, gelu)[1]
+    else:
+        dx_, dw_, db_ = nb.linear_backward(*(nb.from_numpy(a) for a in (dy, x, w)))
+    assert (dx_.dtype, dw_.dtype, db_.dtype) == (dtype, dtype, dtype)
+    # dH rounds in float32 first when fused (2^-24 relative): inside the product tolerance
+    for got, a64, b64 in ((dx_, g64, w64.T), (dw_, x64.T, g64)):
+        exact = a64 @ b64
+        err = np.abs(nb.to_numpy(got).astype(np.float64) - exact)
+        assert np.all(err <= product_tolerance(dtype, a64, b64, exact)), got.shape
+    exact_db = g64.sum(0)
+    tol = U[dtype] * np.abs(exact_db) + m * 2.0**-23 * np.abs(g64).sum(0) + TINY[dtype]
+    assert np.all(np.abs(nb.to_numpy(db_).astype(np.float64) - exact_db) <= tol)
