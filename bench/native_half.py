@@ -108,6 +108,9 @@ def op_cases(dtype: Any, rows: int) -> dict[str, tuple[Any, tuple[Any, ...]]]:
         return riftco.tensor((rng.standard_normal(shape) * 0.5).astype(dtype), device=dev)
 
     x128, x512 = t(rows, 128), t(rows, 512)
+    ids = riftco.tensor(rng.integers(0, 65, rows), device=dev)
+    stats = tuple(riftco.tensor(rng.random(rows, dtype=np.float32) + 0.5, device=dev)
+                  for _ in range(2))  # fmt: skip
     return {
         f"add [{rows}x512]": (F.add, (x512, t(rows, 512))),
         f"mul [{rows}x128]": (F.mul, (x128, t(rows, 128))),
@@ -123,9 +126,14 @@ def op_cases(dtype: Any, rows: int) -> dict[str, tuple[Any, tuple[Any, ...]]]:
                                              (t(rows, 512), x512)),
         f"embedding [{rows} ids of 65x128]": (F.embedding, (t(65, 128), riftco.tensor(
             rng.integers(0, 65, rows), device=dev))),
+        f"layer_norm_backward [{rows}x128]": (F.layer_norm_backward,
+                                              (t(rows, 128), x128, t(128), *stats)),
+        f"cross_entropy [{rows}x65]": (F.cross_entropy, (t(rows, 65), ids)),
         f"linear qkv [{rows}x128 @ 128x384]": (F.linear, (x128, t(128, 384), t(384))),
         f"linear mlp-down [{rows}x512 @ 512x128]": (F.linear, (x512, t(512, 128), t(128))),
         f"matmul [{rows}x128 @ 128x512]": (F.matmul, (x128, t(128, 512))),
+        f"linear_backward qkv [{rows}x128 @ 128x384]": (F.linear_backward,
+                                                        (t(rows, 384), x128, t(128, 384))),
         f"linear_gelu mlp-up [{rows}x128 @ 128x512]": (
             lambda x, w, b: F.linear_gelu(x, w, b, "tanh"), (x128, t(128, 512), t(512))),
     }  # fmt: skip
