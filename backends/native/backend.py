@@ -34,7 +34,9 @@ from riftco.tensor import Storage, Tensor, dense_strides
 
 from . import blas, build
 from .attention import NativeAttention
-from .half import HALF, NativeHalf, use_f16c
+from .half import HALF, use_f16c
+from .half_matmul import NativeHalfMatmul
+from .half_ops import NativeHalfOps
 from .linear_gelu import NativeLinearGelu
 from .pool import MIN_BYTES, BufferPool
 from .primitives import NativePrimitives
@@ -65,7 +67,14 @@ class _SingleThreadedBlas:
             self._blas.set_threads(self._prev)
 
 
-class NativeBackend(NativeHalf, NativeAttention, NativeLinearGelu, NativePrimitives, CPUBackend):
+class NativeBackend(
+    NativeHalfOps,
+    NativeHalfMatmul,
+    NativeAttention,
+    NativeLinearGelu,
+    NativePrimitives,
+    CPUBackend,
+):
     name: ClassVar[str] = "native"
     priority: ClassVar[int] = 5
     #: float16/bfloat16 as storage: the memory methods and ``cast`` here (half.py), every
