@@ -10,8 +10,8 @@ buffers (``pool.py``), so a training step does not page-fault its memory back in
 
 float16 and bfloat16 are 2-byte storage (``half.py``, ``kernels_half.c``): cast and fill
 convert in C (F16C where the CPU has it), the ops in ``low_precision_ops`` run on 2-byte
-memory through the float32 kernels' own row workers (``kernels_half_ops.c``), and core
-widens every other op through float32 on this backend.
+memory through the float32 kernels' own workers (``half_ops.py``, ``half_matmul.py`` and
+their ``kernels_half_*.c``), and core widens every other op through float32 here.
 
 Operands arrive as numpy-backed Tensors, possibly strided (``accepts_strided``): the
 attention kernels read the model's permuted q, k, v views in place through their strides,

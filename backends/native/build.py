@@ -39,6 +39,7 @@ SOURCES = (
     "kernels_tile.c",
     "kernels_half.c",
     "kernels_half_ops.c",
+    "kernels_half_matmul.c",
 )
 #: -fno-math-errno lets sqrt vectorise and -fno-trapping-math lets GCC if-convert the
 #: branch-free exp (selects instead of jumps); neither changes a result (Python never

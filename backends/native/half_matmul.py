@@ -1,7 +1,7 @@
-"""Matmul and the linear-layer family on float16/bfloat16 storage (``half_matmul``,
-``half_linear_backward`` in ``kernels_half_ops.c``): the operands widened once into pooled
-float32 buffers, the float32 BLAS parts, the results rounded once (the forward while each
-128-row tile is in cache, with bias and GELU applied before the rounding).
+"""Matmul and the linear-layer family on float16/bfloat16 storage (``kernels_half_matmul.c``):
+the operands widened once into pooled float32 buffers, the float32 BLAS parts, the results
+rounded once (the forward while each 128-row tile is in cache, with bias and GELU applied
+before the rounding).
 """
 
 from __future__ import annotations
