@@ -48,8 +48,9 @@ test-pip-pocl: $(STAMP)
 	$(PIP_POCL) $(MAKE) --no-print-directory -j$(TEST_WORKERS) --output-sync=target conformance-gpu
 
 CONFORMANCE_HOST := conformance-cpu conformance-cffi_example conformance-native conformance-cuda
-CONFORMANCE_GPU := conformance-opencl conformance-opencl-fast96 conformance-opencl-fast352 \
-	conformance-metal-standin conformance-metal-objc-fake conformance-metal-objc-fake1024
+CONFORMANCE_GPU := conformance-opencl conformance-opencl-half conformance-opencl-fast96 \
+	conformance-opencl-fast352 conformance-metal-standin conformance-metal-objc-fake \
+	conformance-metal-objc-fake1024
 conformance: $(CONFORMANCE_HOST) $(CONFORMANCE_GPU)
 conformance-gpu: $(CONFORMANCE_GPU)
 
@@ -70,26 +71,39 @@ conformance-cuda: $(STAMP)
 # skips, saying why, where no OpenCL device can compile.
 HAVE_OPENCL = $(BIN)/python -c "import sys, riftco; e = riftco.get_registry().entry('opencl'); \
 	sys.exit(0 if e.available and e.devices() else (print('skipping $@:', e.reason) or 1))"
+# float16 and bfloat16: every op on one IEEE device (core widens most through float32);
+# elsewhere the ops the kernels run in half storage themselves (HALF_OPS: the memory
+# methods, cast, elementwise, softmax; ~10-20 s a target) beside each target's float32 run.
+HALF_OPS := copy_strided,fill,cast,softmax,softmax_backward,neg,exp,log,sqrt,rsqrt,tanh,abs,add,sub,mul,div,maximum,minimum,compare,where,add_scalar,mul_scalar,pow_scalar
+HALF_RUN := --dtypes float16,bfloat16 --ops $(HALF_OPS) --quiet
 conformance-opencl: $(STAMP)
-	@if $(HAVE_OPENCL); then $(BIN)/riftco conformance opencl --quiet; fi
+	@if $(HAVE_OPENCL); then $(BIN)/riftco conformance opencl --dtypes float32,float64 --quiet; fi
+conformance-opencl-half: $(STAMP)
+	@if $(HAVE_OPENCL); then $(BIN)/riftco conformance opencl:0 --dtypes float16,bfloat16 --quiet; fi
 conformance-opencl-fast96: $(STAMP)
-	@if $(HAVE_OPENCL); then RIFTCO_FAST_MATH=1 RIFTCO_OPENCL_GROUP_SIZE=96 \
-	  $(BIN)/riftco conformance opencl --dtypes float32 --quiet; fi
+	@if $(HAVE_OPENCL); then export RIFTCO_FAST_MATH=1 RIFTCO_OPENCL_GROUP_SIZE=96; \
+	  $(BIN)/riftco conformance opencl --dtypes float32 --quiet && \
+	  $(BIN)/riftco conformance opencl:0 $(HALF_RUN); fi
 conformance-opencl-fast352: $(STAMP)
-	@if $(HAVE_OPENCL); then RIFTCO_FAST_MATH=1 RIFTCO_OPENCL_GROUP_SIZE=352 \
-	  $(BIN)/riftco conformance opencl --dtypes float32 --quiet; fi
+	@if $(HAVE_OPENCL); then export RIFTCO_FAST_MATH=1 RIFTCO_OPENCL_GROUP_SIZE=352; \
+	  $(BIN)/riftco conformance opencl --dtypes float32 --quiet && \
+	  $(BIN)/riftco conformance opencl:0 $(HALF_RUN); fi
 conformance-metal-standin: $(STAMP)
-	@if $(HAVE_OPENCL); then RIFTCO_METAL_STANDIN=1 RIFTCO_METAL_RUNTIME=metalcompute \
-	  $(BIN)/riftco conformance metal --quiet; fi
+	@if $(HAVE_OPENCL); then export RIFTCO_METAL_STANDIN=1 RIFTCO_METAL_RUNTIME=metalcompute; \
+	  $(BIN)/riftco conformance metal --dtypes float32 --quiet && \
+	  $(BIN)/riftco conformance metal $(HALF_RUN); fi
 # riftco's own Metal runtime (objc_runtime.py, the default) on the fake Objective-C runtime
 # over OpenCL (objc_fake.py): as it compiles (safe math) at per-pipeline group sizes, and at
 # group size 1024, what Metal reports for nearly every pipeline.
 conformance-metal-objc-fake: $(STAMP)
-	@if $(HAVE_OPENCL); then RIFTCO_METAL_STANDIN=1 RIFTCO_METAL_RUNTIME=objc \
-	  $(BIN)/riftco conformance metal --quiet; fi
+	@if $(HAVE_OPENCL); then export RIFTCO_METAL_STANDIN=1 RIFTCO_METAL_RUNTIME=objc; \
+	  $(BIN)/riftco conformance metal --dtypes float32 --quiet && \
+	  $(BIN)/riftco conformance metal $(HALF_RUN); fi
 conformance-metal-objc-fake1024: $(STAMP)
-	@if $(HAVE_OPENCL); then RIFTCO_METAL_STANDIN=1 RIFTCO_METAL_RUNTIME=objc \
-	  RIFTCO_STANDIN_GROUP_SIZE=1024 $(BIN)/riftco conformance metal --quiet; fi
+	@if $(HAVE_OPENCL); then export RIFTCO_METAL_STANDIN=1 RIFTCO_METAL_RUNTIME=objc \
+	  RIFTCO_STANDIN_GROUP_SIZE=1024; \
+	  $(BIN)/riftco conformance metal --dtypes float32 --quiet && \
+	  $(BIN)/riftco conformance metal $(HALF_RUN); fi
 
 train: $(STAMP)
 	$(BIN)/riftco train

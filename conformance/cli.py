@@ -168,12 +168,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     for target in targets:
         target.ops = patterns
         device = target.entry.devices()[target.index]
-        floats = [d for d in device.dtypes if is_float(_dtype(d))]
-        unknown = [d for d in only if d not in floats]
+        float_names = [d for d in device.dtypes if is_float(_dtype(d))]
+        unknown = [d for d in only if d not in float_names]
         if unknown:
             print(
                 f"riftco conformance: --dtypes {','.join(unknown)}: {target.label} has float "
-                f"dtypes {', '.join(floats)}",
+                f"dtypes {', '.join(float_names)}",
                 file=sys.stderr,
             )
             return 2
@@ -201,7 +201,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         if measure and target.backend is not None:
             floats = target.float_dtypes()
-            ctx = Ctx(floats[0], floats, target.index_dtypes())
+            main = np.dtype(np.float32) if np.dtype(np.float32) in floats else floats[0]
+            ctx = Ctx(main, floats, target.index_dtypes())
             rows = tp.measure(target.backend, ctx, lambda op, t=target: t.wanted(op, op))
             speeds[target.label] = [r.as_dict() for r in rows]
             if not args.quiet:

@@ -1,6 +1,17 @@
 /* Layout kernels: fill, strided gather into a dense tensor, column-block copies.
- * T may be any element type (float, double, int, long): these kernels only move data.
+ * T may be any element type (float, double, int, long, and ushort for the 2-byte floats
+ * float16 / bfloat16): these kernels only move data, so a half moves as its 16 bits.
  */
+
+/* P: [0] n, [1] the value's bits (a 2-byte float, rounded once by the host). Buffers:
+ * out, P. */
+KERNEL void fill_bits(GLOBAL T* out ARG(0), GLOBAL const int* P ARG(1) THREAD_ARGS) {
+    const int n = P[0];
+    const T value = (T)P[1];
+    const int i = GID; if (i < n) {
+        out[i] = value;
+    }
+}
 
 /* P: [0] n. F: [0] value. Buffers: out, P, F. */
 KERNEL void fill_value(GLOBAL T* out ARG(0), GLOBAL const int* P ARG(1),

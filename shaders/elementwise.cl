@@ -6,12 +6,17 @@
  * Float params F (element type): [0] the scalar.
  * Buffers: out, inputs..., P, (F).
  *
+ * Tensors are TS, computed in T (half.h): the same type for float and double; for float16
+ * and bfloat16 the 16-bit storage, loaded to float (LOAD) and rounded once when stored
+ * (STORE), with F in float.
+ *
  * NaN in gives NaN out, and special inputs get IEEE's (numpy's) special results, decided
  * on the loaded inputs' bit patterns before a builtin sees them (specials.h): under fast
  * math a builtin may assume finite arguments, and `a != a` may fold to false.
  */
 
 #include "specials.h"
+#include "half.h"
 
 /* exp, log, sqrt, 1/sqrt and tanh of a loaded value: the builtin only ever gets a finite
  * argument inside its domain. */
@@ -92,13 +97,13 @@ INLINE T ew_tanh(T v) {
 }
 
 #define RIFTCO_UNARY(name, expr)                                                       \
-    KERNEL void name(GLOBAL T* out ARG(0), GLOBAL const T* x ARG(1),                   \
+    KERNEL void name(GLOBAL TS* out ARG(0), GLOBAL const TS* x ARG(1),                   \
                      GLOBAL const int* P ARG(2) THREAD_ARGS) {                         \
         const int n = P[0];                                                            \
         const int i = GID;                                                             \
         if (i < n) {                                                                   \
-            const T v = x[i];                                                          \
-            out[i] = (expr);                                                           \
+            const T v = LOAD(x, i);                                                    \
+            STORE(out, i, (expr));                                                     \
         }                                                                              \
     }
 
@@ -111,14 +116,14 @@ RIFTCO_UNARY(unary_tanh, ew_tanh(v))
 RIFTCO_UNARY(unary_abs, fabs(v))
 
 #define RIFTCO_BINARY(name, expr)                                                      \
-    KERNEL void name(GLOBAL T* out ARG(0), GLOBAL const T* x ARG(1),                   \
-                     GLOBAL const T* y ARG(2), GLOBAL const int* P ARG(3) THREAD_ARGS) { \
+    KERNEL void name(GLOBAL TS* out ARG(0), GLOBAL const TS* x ARG(1),                   \
+                     GLOBAL const TS* y ARG(2), GLOBAL const int* P ARG(3) THREAD_ARGS) { \
         const int n = P[0];                                                            \
         const int i = GID;                                                             \
         if (i < n) {                                                                   \
-            const T a = x[i];                                                          \
-            const T b = y[i];                                                          \
-            out[i] = (expr);                                                           \
+            const T a = LOAD(x, i);                                                    \
+            const T b = LOAD(y, i);                                                    \
+            STORE(out, i, (expr));                                                     \
         }                                                                              \
     }
 
@@ -139,14 +144,14 @@ RIFTCO_BINARY(cmp_eq, !EW_NAN2(a, b) && a == b ? (T)1 : (T)0)
 RIFTCO_BINARY(cmp_ne, EW_NAN2(a, b) || a != b ? (T)1 : (T)0)
 
 #define RIFTCO_SCALAR(name, expr)                                                      \
-    KERNEL void name(GLOBAL T* out ARG(0), GLOBAL const T* x ARG(1),                   \
+    KERNEL void name(GLOBAL TS* out ARG(0), GLOBAL const TS* x ARG(1),                   \
                      GLOBAL const int* P ARG(2), GLOBAL const T* F ARG(3) THREAD_ARGS) { \
         const int n = P[0];                                                            \
         const T s = F[0];                                                              \
         const int i = GID;                                                             \
         if (i < n) {                                                                   \
-            const T v = x[i];                                                          \
-            out[i] = (expr);                                                           \
+            const T v = LOAD(x, i);                                                    \
+            STORE(out, i, (expr));                                                     \
         }                                                                              \
     }
 
@@ -202,7 +207,7 @@ INLINE T riftco_pow(T v, T s, int integer, int odd) {
 
 /* P[1]: 1 = small integral exponent P[2] (exact, by squaring); otherwise pow(v, F[0]) with
  * P[1] = 0 (not an integer), 2 (an even integer), 3 (an odd integer). */
-KERNEL void scalar_pow(GLOBAL T* out ARG(0), GLOBAL const T* x ARG(1),
+KERNEL void scalar_pow(GLOBAL TS* out ARG(0), GLOBAL const TS* x ARG(1),
                        GLOBAL const int* P ARG(2), GLOBAL const T* F ARG(3) THREAD_ARGS) {
     const int n = P[0];
     const int kind = P[1];
@@ -210,30 +215,31 @@ KERNEL void scalar_pow(GLOBAL T* out ARG(0), GLOBAL const T* x ARG(1),
     const T s = F[0];
     const int i = GID;
     if (i < n) {
-        const T v = x[i];
-        out[i] = kind == 1 ? riftco_ipow(v, e) : riftco_pow(v, s, kind >= 2, kind == 3);
+        const T v = LOAD(x, i);
+        STORE(out, i, kind == 1 ? riftco_ipow(v, e) : riftco_pow(v, s, kind >= 2, kind == 3));
     }
 }
 
-/* cond != 0, where NaN counts as non-zero and -0.0 as zero: decided on bits. */
-KERNEL void where_select(GLOBAL T* out ARG(0), GLOBAL const T* cond ARG(1),
-                         GLOBAL const T* x ARG(2), GLOBAL const T* y ARG(3),
+/* cond != 0, where NaN counts as non-zero and -0.0 as zero: decided on bits. The chosen
+ * element moves as stored (a half's NaN payload too). */
+KERNEL void where_select(GLOBAL TS* out ARG(0), GLOBAL const TS* cond ARG(1),
+                         GLOBAL const TS* x ARG(2), GLOBAL const TS* y ARG(3),
                          GLOBAL const int* P ARG(4) THREAD_ARGS) {
     const int n = P[0];
     const int i = GID;
     if (i < n) {
-        out[i] = RIFTCO_ISZERO(cond[i]) ? y[i] : x[i];
+        out[i] = RIFTCO_ISZERO(LOAD(cond, i)) ? y[i] : x[i];
     }
 }
 
 /* y[r, c] += bias[c] in place, for rows of width P[1]: the bias epilogue of ``linear``
  * (one pass over y while it is still warm, instead of a broadcast copy plus an add). */
-KERNEL void add_row_bias(GLOBAL T* y ARG(0), GLOBAL const T* bias ARG(1),
+KERNEL void add_row_bias(GLOBAL TS* y ARG(0), GLOBAL const TS* bias ARG(1),
                          GLOBAL const int* P ARG(2) THREAD_ARGS) {
     const int n = P[0];
     const int cols = P[1];
     const int i = GID;
     if (i < n) {
-        y[i] = y[i] + bias[i % cols];
+        STORE(y, i, LOAD(y, i) + LOAD(bias, i % cols));
     }
 }

@@ -6,7 +6,9 @@
  *
  * The host appends, right after this file (after metal_stdlib, whose templates use T as a
  * parameter name) and before the family body:
- *   #define T <float|double>     the element type of the program
+ *   #define T <float|double>     the element type of the program (ushort for a float16 /
+ *                                bfloat16 program, its bits; float for the half programs
+ *                                of a family that loads and stores through half.h's TS)
  *   #define IDX <int|long>       the index type (embedding ids, targets)
  *   #define RADIX_BITS 8 ...     the numbers launch plans and kernels share
  *                                (core/kernel_host/shader_defines.py; shaders never define them)

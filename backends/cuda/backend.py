@@ -23,12 +23,15 @@ from typing import ClassVar
 
 import numpy as np
 from riftco.backend import DeviceInfo
+from riftco.dtypes import LOW_PRECISION
 from riftco.kernel_host.backend import KernelBackend
 
 from . import compiler, driver
 from . import runtime as rt
 
-_DTYPES = frozenset(np.dtype(t) for t in (np.float32, np.float64, np.int32, np.int64))
+#: float16 and bfloat16 (with ml_dtypes) as 16-bit storage converted by shaders/half.h
+_WIDE = (np.float32, np.float64, np.int32, np.int64)
+_DTYPES = frozenset(np.dtype(t) for t in _WIDE) | LOW_PRECISION
 PRIORITY_WITH_GPU = 30
 
 
@@ -93,6 +96,6 @@ class CudaBackend(KernelBackend):
             details["memory"], details["uploads"] = rt.memory_paths(d.index, d.memory_pools)
             if cache is not None:  # its entries' build logs: riftco backends --verbose
                 details["kernel_cache"] = str(cache.folder)
-            dts = ("float32", "float64", "int32", "int64")
+            dts = tuple(sorted(dt.name for dt in _DTYPES))
             out.append(DeviceInfo(d.index, d.name, dts, details))
         return out

@@ -27,6 +27,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 from riftco.backend import DeviceInfo
+from riftco.dtypes import LOW_PRECISION
 from riftco.env_values import flag
 from riftco.errors import BackendUnavailableError
 from riftco.kernel_host.backend import KernelBackend
@@ -119,6 +120,10 @@ def _system_objc_problem() -> str:
 
 
 _SYSTEM_PROBE: dict[str, str] = {}
+#: No double on Metal. float16 is MSL's half; bfloat16 (with ml_dtypes) is 16-bit storage
+#: converted by integer bit work (MSL's bfloat needs 3.1, the runtime asks for 2.3).
+_DTYPES = frozenset({np.dtype(np.float32), np.dtype(np.int32)}) | LOW_PRECISION
+_DTYPE_NAMES = tuple(sorted(dt.name for dt in _DTYPES))
 
 
 def choose_runtime() -> RuntimeChoice:
@@ -174,7 +179,7 @@ def _probe_priority() -> int:
 class MetalBackend(KernelBackend):
     name: ClassVar[str] = "metal"
     priority: ClassVar[int] = _probe_priority()
-    dtypes: ClassVar[frozenset[np.dtype]] = frozenset({np.dtype(np.float32), np.dtype(np.int32)})
+    dtypes: ClassVar[frozenset[np.dtype]] = _DTYPES
 
     def __init__(
         self, device_index: int = 0, mc_module: Any = None, objc_library: Any = None
@@ -254,7 +259,7 @@ class MetalBackend(KernelBackend):
                 else "metalcompute",
                 "runtime_why": choice.why,
             }
-            out.append(DeviceInfo(i, str(d.deviceName), ("float32", "int32"), details))
+            out.append(DeviceInfo(i, str(d.deviceName), _DTYPE_NAMES, details))
         return out
 
 
@@ -272,6 +277,6 @@ def _objc_device(choice: RuntimeChoice) -> DeviceInfo:
             "runtime_why": choice.why,
             "objc": runtime.library_description,  # type: ignore[attr-defined]
         }
-        return DeviceInfo(0, runtime.device_name, ("float32", "int32"), details)
+        return DeviceInfo(0, runtime.device_name, _DTYPE_NAMES, details)
     finally:
         runtime.close()  # type: ignore[attr-defined]

@@ -8,6 +8,11 @@ load time); matmul, linear layers, elementwise arithmetic, leading-axis sums, st
 copies and concatenation are in ``primitives.py``. Results come from a pool of recycled
 buffers (``pool.py``), so a training step does not page-fault its memory back in.
 
+float16 and bfloat16 are 2-byte storage (``half.py``, ``kernels_half.c``): cast and fill
+convert in C (F16C where the CPU has it), the ops in ``low_precision_ops`` run on 2-byte
+memory through the float32 kernels' own workers (``half_ops.py``, ``half_matmul.py`` and
+their ``kernels_half_*.c``), and core widens every other op through float32 here.
+
 Operands arrive as numpy-backed Tensors, possibly strided (``accepts_strided``): the
 attention kernels read the model's permuted q, k, v views in place through their strides,
 matmul reads transposed and column-sliced views in place; other kernels get a contiguous
@@ -29,6 +34,9 @@ from riftco.tensor import Storage, Tensor, dense_strides
 
 from . import blas, build
 from .attention import NativeAttention
+from .half import HALF, use_f16c
+from .half_matmul import NativeHalfMatmul
+from .half_ops import NativeHalfOps
 from .linear_gelu import NativeLinearGelu
 from .pool import MIN_BYTES, BufferPool
 from .primitives import NativePrimitives
@@ -38,6 +46,7 @@ POOL_MB = 256
 
 _SUFFIX = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
 _CTYPE = {np.dtype(np.float32): "float[]", np.dtype(np.float64): "double[]"}
+_CTYPE.update(dict.fromkeys(HALF, "uint16_t[]"))  # 2-byte storage: the bits (half.py)
 
 
 class _SingleThreadedBlas:
@@ -58,13 +67,32 @@ class _SingleThreadedBlas:
             self._blas.set_threads(self._prev)
 
 
-class NativeBackend(NativeAttention, NativeLinearGelu, NativePrimitives, CPUBackend):
+class NativeBackend(
+    NativeHalfOps,
+    NativeHalfMatmul,
+    NativeAttention,
+    NativeLinearGelu,
+    NativePrimitives,
+    CPUBackend,
+):
     name: ClassVar[str] = "native"
     priority: ClassVar[int] = 5
-    #: not the CPU reference's half dtypes: its C kernels convert no 16-bit storage yet
-    dtypes: ClassVar[frozenset[np.dtype]] = frozenset(
-        np.dtype(t) for t in (np.float32, np.float64, np.int32, np.int64)
+    #: float16/bfloat16 as storage: the memory methods and ``cast`` here (half.py), every
+    #: other op widened by core through float32 unless named in ``low_precision_ops``
+    dtypes: ClassVar[frozenset[np.dtype]] = (
+        frozenset(np.dtype(t) for t in (np.float32, np.float64, np.int32, np.int64)) | HALF
     )
+    #: ops run on 2-byte storage here, each passing conformance in float16 and bfloat16:
+    #: float32 inside and one rounding (kernels_half_ops.c), or exact moves and selections
+    #: of 2-byte values (numpy's, inherited); the rest are widened by core
+    low_precision_ops: ClassVar[frozenset[str]] = frozenset(
+        {"add", "sub", "mul", "div", "add_scalar", "mul_scalar", "matmul", "linear",
+         "linear_backward", "linear_gelu", "linear_gelu_backward", "softmax",
+         "softmax_backward", "layer_norm", "layer_norm_backward", "add_layer_norm",
+         "add_layer_norm_backward", "gelu", "gelu_backward", "embedding", "cross_entropy",
+         "cross_entropy_backward", "concatenate_last_axis", "split_last_axis", "where",
+         "compare", "neg", "abs", "maximum", "minimum", "max", "argmax"}
+    )  # fmt: skip
     #: named on the conformance certificate with their versions (an extra, not a requirement)
     libraries: ClassVar[tuple[str, ...]] = ("cffi",)
 
@@ -72,6 +100,7 @@ class NativeBackend(NativeAttention, NativeLinearGelu, NativePrimitives, CPUBack
         super().__init__(device_index)
         mod = build.load()
         self._lib, self._ffi = mod.lib, mod.ffi
+        self._f16c = use_f16c(self._lib)
         matmul = choice("RIFTCO_NATIVE_MATMUL", ("blas", "numpy"), "blas")
         found = None if matmul == "numpy" else blas.find()
         self._blas = found
@@ -104,11 +133,8 @@ class NativeBackend(NativeAttention, NativeLinearGelu, NativePrimitives, CPUBack
         except Exception:
             return []
         details = {"threads": threads, "flags": " ".join(build.build_flags())}
-        return [
-            DeviceInfo(
-                0, "host CPU (C kernels, OpenMP)", ("float32", "float64", "int32", "int64"), details
-            )
-        ]
+        names = tuple(sorted(d.name for d in cls.dtypes))
+        return [DeviceInfo(0, "host CPU (C kernels, OpenMP)", names, details)]
 
     # -- pointers ---------------------------------------------------------------------------
     def _fn(self, op: str, dtype: np.dtype) -> Any:
@@ -189,7 +215,7 @@ class NativeBackend(NativeAttention, NativeLinearGelu, NativePrimitives, CPUBack
 
     # -- allocation -------------------------------------------------------------------------
     def allocate(self, shape: tuple[int, ...], dtype: np.dtype) -> Tensor:
-        if np.dtype(dtype) in self._gemm_dtypes:
+        if np.dtype(dtype) in self._gemm_dtypes or np.dtype(dtype) in HALF:
             return self._out(tuple(shape), np.dtype(dtype))[0]
         return super().allocate(shape, dtype)
 
@@ -213,23 +239,31 @@ class NativeBackend(NativeAttention, NativeLinearGelu, NativePrimitives, CPUBack
 
     # -- elementwise fused ----------------------------------------------------------------------
     def gelu(self, x: Tensor, approximate: str) -> Tensor:
+        if x.dtype in HALF:
+            return self.half_gelu(x, approximate)
         y, yp = self._out(x.shape, x.dtype)
         self._fn("gelu", x.dtype)(self._in(x), yp, x.size, int(approximate == "tanh"))
         return y
 
     def gelu_backward(self, dy: Tensor, x: Tensor, approximate: str) -> Tensor:
+        if x.dtype in HALF:
+            return self.half_gelu_backward(dy, x, approximate)
         dx, p = self._out(x.shape, x.dtype)
         fn = self._fn("gelu_backward", x.dtype)
         fn(self._in(dy), self._in(x), p, x.size, int(approximate == "tanh"))
         return dx
 
     def softmax(self, x: Tensor) -> Tensor:
+        if x.dtype in HALF:
+            return self.half_softmax(x)
         y, p = self._out(x.shape, x.dtype)
         rows, cols = self._rows(x)
         self._fn("softmax", x.dtype)(self._in(x), p, rows, cols)
         return y
 
     def softmax_backward(self, dy: Tensor, y: Tensor) -> Tensor:
+        if y.dtype in HALF:
+            return self.half_softmax_backward(dy, y)
         dx, p = self._out(y.shape, y.dtype)
         rows, cols = self._rows(y)
         self._fn("softmax_backward", y.dtype)(self._in(dy), self._in(y), p, rows, cols)
@@ -238,6 +272,8 @@ class NativeBackend(NativeAttention, NativeLinearGelu, NativePrimitives, CPUBack
     def layer_norm(
         self, x: Tensor, gamma: Tensor, beta: Tensor, eps: float
     ) -> tuple[Tensor, Tensor, Tensor]:
+        if x.dtype in HALF:
+            return self.half_layer_norm(x, gamma, beta, eps)
         dt, (rows, cols) = x.dtype, self._rows(x)
         y, yp = self._out(x.shape, dt)
         mean, mp = self._out(x.shape[:-1], dt)
@@ -249,6 +285,8 @@ class NativeBackend(NativeAttention, NativeLinearGelu, NativePrimitives, CPUBack
     def layer_norm_backward(
         self, dy: Tensor, x: Tensor, gamma: Tensor, mean: Tensor, rstd: Tensor
     ) -> tuple[Tensor, Tensor, Tensor]:
+        if x.dtype in HALF:
+            return self.half_ln_backward(dy, x, gamma, mean, rstd, None)
         dt, (rows, cols) = x.dtype, self._rows(x)
         dx, dxp = self._out(x.shape, dt)
         dg, dgp = self._out((cols,), dt)
@@ -263,6 +301,8 @@ class NativeBackend(NativeAttention, NativeLinearGelu, NativePrimitives, CPUBack
     def add_layer_norm(
         self, x: Tensor, r: Tensor, gamma: Tensor, beta: Tensor, eps: float
     ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        if x.dtype in HALF:
+            return self.half_add_layer_norm(x, r, gamma, beta, eps)
         dt, (rows, cols) = x.dtype, self._rows(x)
         s, sp = self._out(x.shape, dt)
         y, yp = self._out(x.shape, dt)
@@ -275,6 +315,8 @@ class NativeBackend(NativeAttention, NativeLinearGelu, NativePrimitives, CPUBack
     def add_layer_norm_backward(
         self, dy: Tensor, ds: Tensor, s: Tensor, gamma: Tensor, mean: Tensor, rstd: Tensor
     ) -> tuple[Tensor, Tensor, Tensor]:
+        if s.dtype in HALF:
+            return self.half_ln_backward(dy, s, gamma, mean, rstd, ds)
         dt, (rows, cols) = s.dtype, self._rows(s)
         dsum, p = self._out(s.shape, dt)
         dg, dgp = self._out((cols,), dt)
@@ -307,6 +349,8 @@ class NativeBackend(NativeAttention, NativeLinearGelu, NativePrimitives, CPUBack
 
     # -- embedding and cross-entropy --------------------------------------------------------
     def embedding(self, table: Tensor, ids: Tensor) -> Tensor:
+        if table.dtype in HALF:
+            return self.half_embedding(table, ids)
         cols = table.shape[1]
         out, p = self._out((*ids.shape, cols), table.dtype)
         self._fn("embedding", table.dtype)(self._in(table), self._ids(ids), p, ids.size, cols)
@@ -321,6 +365,8 @@ class NativeBackend(NativeAttention, NativeLinearGelu, NativePrimitives, CPUBack
         return out
 
     def cross_entropy(self, logits: Tensor, targets: Tensor) -> tuple[Tensor, Tensor]:
+        if logits.dtype in HALF:
+            return self.half_cross_entropy(logits, targets)
         n, v = logits.shape
         loss, lp = self._out((n,), logits.dtype)
         lse, sp = self._out((n,), logits.dtype)
@@ -330,6 +376,8 @@ class NativeBackend(NativeAttention, NativeLinearGelu, NativePrimitives, CPUBack
     def cross_entropy_backward(
         self, dloss: Tensor, logits: Tensor, targets: Tensor, lse: Tensor
     ) -> Tensor:
+        if logits.dtype in HALF:
+            return self.half_cross_entropy_backward(dloss, logits, targets, lse)
         n, v = logits.shape
         g, gp = self._out((n, v), logits.dtype)
         dp = self._ptr(dloss.storage.buffer, dloss.offset)  # 1-D, any stride (often 0)

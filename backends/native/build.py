@@ -37,6 +37,9 @@ SOURCES = (
     "kernels_rms_norm.c",
     "kernels_linear_gelu.c",
     "kernels_tile.c",
+    "kernels_half.c",
+    "kernels_half_ops.c",
+    "kernels_half_matmul.c",
 )
 #: -fno-math-errno lets sqrt vectorise and -fno-trapping-math lets GCC if-convert the
 #: branch-free exp (selects instead of jumps); neither changes a result (Python never
@@ -101,8 +104,47 @@ int flash_attention_backward_{s}({t} *dout, {t} *q, {t} *k, {t} *v, {t} *out, in
                                  {t} *lse, {t} *dq, {t} *dk, {t} *dv, int64_t *ost, int64_t B,
                                  int64_t H, int64_t T, int64_t D, double scale, int causal);
 """
+#: float16/bfloat16 storage conversion (kernels_half.c): kind 0 float16, 1 bfloat16.
+_HALF = """
+int rift_half_f16c(void);
+void half_from_f32(float *x, uint16_t *y, int64_t n, int kind, int f16c);
+void half_to_f32(uint16_t *x, float *y, int64_t n, int kind, int f16c);
+void half_from_f64(double *x, uint16_t *y, int64_t n, int kind, int f16c);
+void half_to_f64(uint16_t *x, double *y, int64_t n, int kind, int f16c);
+void half_to_half(uint16_t *x, uint16_t *y, int64_t n, int kind, int f16c);
+void half_binary(int op, uint16_t *a, int64_t sa, uint16_t *b, int64_t sb, uint16_t *out,
+                 int64_t rows, int64_t cols, int kind, int f16c);
+int half_softmax(uint16_t *x, uint16_t *y, int64_t rows, int64_t cols, int kind, int f16c);
+int half_layer_norm(uint16_t *x, uint16_t *g, uint16_t *b, uint16_t *y, float *mean,
+                    float *rstd, int64_t rows, int64_t cols, double eps, int kind, int f16c);
+int half_softmax_backward(uint16_t *dy, uint16_t *y, uint16_t *dx, int64_t rows, int64_t cols,
+                          int kind, int f16c);
+void half_gelu(uint16_t *x, uint16_t *y, int64_t n, int approx, int kind, int f16c);
+void half_gelu_backward(uint16_t *dy, uint16_t *x, uint16_t *dx, int64_t n, int approx,
+                        int kind, int f16c);
+int half_add_layer_norm(uint16_t *x, uint16_t *res, uint16_t *g, uint16_t *b, uint16_t *s,
+                        uint16_t *y, float *mean, float *rstd, int64_t rows, int64_t cols,
+                        double eps, int kind, int f16c);
+int half_ln_backward(uint16_t *dy, uint16_t *x, uint16_t *g, float *mean, float *rstd,
+                     uint16_t *ds, uint16_t *dx, uint16_t *dg, uint16_t *db, int64_t rows,
+                     int64_t cols, int kind, int f16c);
+void half_scalar(int op, uint16_t *x, uint16_t *y, int64_t n, float v, int kind, int f16c);
+int half_cross_entropy(uint16_t *logits, int64_t *t, float *loss, float *lse, int64_t n,
+                       int64_t V, int kind, int f16c);
+int half_cross_entropy_backward(float *dloss, int64_t ds, uint16_t *logits, int64_t *t,
+                                float *lse, uint16_t *dl, int64_t n, int64_t V, int kind,
+                                int f16c);
+int half_linear_backward(void *fn, int64_t M, int64_t N, int64_t K, uint16_t *X, int64_t ldx,
+                         uint16_t *W, int64_t ldw, uint16_t *dY, int64_t ldy, uint16_t *H,
+                         int64_t ldh, uint16_t *dX, uint16_t *dW, uint16_t *db, float *f,
+                         int gelu, int kind, int f16c);
+int half_matmul(void *fn, int ta, int tb, int64_t M, int64_t N, int64_t K, uint16_t *A,
+                int64_t lda, uint16_t *B, int64_t ldb, uint16_t *C, uint16_t *bias, float *a,
+                float *b, uint16_t *Y, int approx, int kind, int f16c);
+"""
 CDEF = (
     "int rift_num_threads(void);\n"
+    + _HALF
     + _ONE_DTYPE.format(s="f32", t="float")
     + _ONE_DTYPE.format(s="f64", t="double")
 )

@@ -117,6 +117,10 @@ static void *rift_alloc(size_t bytes) {
 #define RIFT_ERF(x) erf(x)
 #include "kernels.c"
 
+#include "kernels_half.c" /* float16/bfloat16 storage conversion (once, not per dtype) */
+#include "kernels_half_ops.c" /* ops on 2-byte storage through float32 rows */
+#include "kernels_half_matmul.c" /* matmul, linear (+GELU) and backward, 2-byte */
+
 #else /* ---------------------------------------------------------------- one dtype */
 
 #define T RIFT_T

@@ -2,7 +2,7 @@
 
 Devices: ``opencl:N`` enumerates every device of every platform, GPUs and accelerators
 first (see ``runtime.enumerate_devices``). float64 is offered where the device has
-``cl_khr_fp64``.
+``cl_khr_fp64``; float16 and bfloat16 everywhere (bfloat16 with ml_dtypes installed).
 
 Priority (for ``auto``): 10 when at least one non-CPU OpenCL device exists, so a real GPU
 beats the numpy reference; -1 when the only devices are CPUs (PoCL, Intel's CPU runtime).
@@ -25,12 +25,16 @@ from typing import Any, ClassVar
 
 import numpy as np
 from riftco.backend import DeviceInfo
+from riftco.dtypes import LOW_PRECISION
 from riftco.kernel_host.backend import KernelBackend
 
 from . import pocl
 from . import runtime as rt
 
-_BASE_DTYPES = (np.dtype(np.float32), np.dtype(np.int32), np.dtype(np.int64))
+#: float16 and bfloat16 (when ml_dtypes is installed) on every device: core OpenCL's
+#: vload_half / vstore_half and integer bit work (shaders/half.h), no cl_khr_fp16 needed.
+_BASE_DTYPES = (np.dtype(np.float32), np.dtype(np.int32), np.dtype(np.int64),
+                *sorted(LOW_PRECISION, key=str))  # fmt: skip
 
 
 def _probe() -> tuple[int, frozenset[np.dtype]]:
@@ -83,7 +87,7 @@ class OpenCLBackend(KernelBackend):
         devices, error = rt.enumerate_devices()
         out = []
         for i, d in enumerate(devices):
-            dts = ["float32", "int32", "int64"] + (["float64"] if rt.has_fp64(d) else [])
+            dts = [dt.name for dt in _BASE_DTYPES] + (["float64"] if rt.has_fp64(d) else [])
             details: dict[str, Any] = {
                 "platform": d.platform.name.strip(),
                 "type": "gpu" if rt.is_gpu(d) else "cpu",

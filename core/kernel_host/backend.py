@@ -26,11 +26,13 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..backend import BackendBase
+from ..dtypes import compute_dtype
 from ..errors import DeviceLostError, DTypeError, OutOfMemoryError, ShapeError
 from ..ieee import quiet
 from ..tensor import Tensor
 from .allocator import CachingAllocator
 from .fused import FusedPlans
+from .half_storage import HALF_NATIVE_OPS, half_bits, is_half
 from .layout import collapse
 from .primitives import PrimitivePlans
 from .runtime import Program, Runtime
@@ -67,6 +69,8 @@ class KernelBackend(FusedPlans, PrimitivePlans, BackendBase):
     """Base of every backend that runs ``shaders/`` kernels. Subclasses supply a runtime."""
 
     name: ClassVar[str] = "kernel"
+    #: elementwise.cl loads halves, computes in float32 and stores once (half_storage.py)
+    low_precision_ops: ClassVar[frozenset[str]] = HALF_NATIVE_OPS
 
     def __init__(self, device_index: int = 0, runtime: Runtime | None = None) -> None:
         super().__init__(device_index)
@@ -169,7 +173,9 @@ class KernelBackend(FusedPlans, PrimitivePlans, BackendBase):
             if ints:
                 buffers.append(self._constant(np.int32, tuple(ints), not per_call))
             if floats:
-                buffers.append(self._constant(np.dtype(dtype), tuple(floats), not per_call))
+                # in the compute dtype: float32 for a half program (half_storage.py)
+                ptype = compute_dtype(np.dtype(dtype))
+                buffers.append(self._constant(ptype, tuple(floats), not per_call))
             self.runtime.launch(k, int(threads), buffers)
             self._stats.launches += 1
 
@@ -280,6 +286,10 @@ class KernelBackend(FusedPlans, PrimitivePlans, BackendBase):
 
     def fill(self, x: Tensor, value: float) -> None:
         n = x.size
+        if is_half(x.dtype):  # rounded once here; the kernel writes the bits
+            bits = half_bits(value, x.dtype)
+            self.launch("copy", "fill_bits", x.dtype, n, x, ints=[n, bits])
+            return
         self.launch("copy", "fill_value", x.dtype, n, x, ints=[n], floats=[value])
 
     def same_allocation(self, a: Any, b: Any) -> bool:

@@ -55,6 +55,7 @@ class KernelHost(Protocol):
         defines: Mapping[str, str] | None = None,
         status: tuple[str, int] | None = None,
         guarded: bool = False,
+        per_call: bool = False,
     ) -> None:
         """Queue ``kernel`` of ``shaders/<family>.cl`` (``KernelBackend.launch``)."""
         ...

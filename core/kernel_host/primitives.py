@@ -17,6 +17,7 @@ import numpy as np
 from ..backend import ElementwiseByName
 from ..dtypes import is_float
 from ..errors import ShapeError
+from .half_storage import cast_defines, is_half
 from .host import PlanBase
 from .layout import reduction_groups
 from .sources import c_type
@@ -102,7 +103,9 @@ class PrimitivePlans(ElementwiseByName, PlanBase):
         dtype = np.dtype(dtype)
         out = self.empty(x.shape, dtype)
         defines = {"SRC": c_type(x.dtype)}
-        if is_float(x.dtype) and dtype.kind == "i":  # saturating, NaN -> 0 (cast.cl)
+        if is_half(x.dtype) or is_half(dtype):  # half.h's conversions (rounded once)
+            defines |= cast_defines(x.dtype, dtype)
+        elif is_float(x.dtype) and dtype.kind == "i":  # saturating, NaN -> 0 (cast.cl)
             bits = dtype.itemsize * 8 - 1
             top = f"{2**bits - 1}{'L' if bits > 31 else ''}"
             defines |= {"CAST_LIMIT": repr(2.0**bits), "CAST_MAX": top, "CAST_MIN": f"(-{top} - 1)"}

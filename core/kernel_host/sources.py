@@ -24,14 +24,17 @@ from importlib import resources
 import numpy as np
 
 from ..errors import KernelCompileError
+from .half_storage import HALF_COMPUTE_FAMILIES, HALF_NAMES, STORAGE_C_TYPE
 from .shader_defines import shader_defines
 
-#: C type of each riftco dtype inside kernels (OpenCL C and MSL spell these alike).
+#: C type of each riftco dtype inside kernels (OpenCL C, MSL and CUDA spell these alike;
+#: the halves are held as their bits, half.h converts them).
 C_TYPES: dict[np.dtype, str] = {
     np.dtype(np.float32): "float",
     np.dtype(np.float64): "double",
     np.dtype(np.int32): "int",
     np.dtype(np.int64): "long",
+    **dict.fromkeys(HALF_NAMES, STORAGE_C_TYPE),
 }
 
 _INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]+"([^"]+)"[ \t]*(?://.*|/\*.*\*/[ \t]*)?$', re.M)
@@ -111,7 +114,12 @@ def _program_source(
         head.append("#define RIFTCO_FP64 1")
     # NOTE: type macros come *after* the prelude: Apple's metal_stdlib (included by the
     # prelude) uses T as a template parameter name, which a prior #define T would break.
-    types = [f"#define T {c_type(dtype)}", f"#define IDX {c_type(index_dtype)}"]
+    if dtype in HALF_NAMES and family in HALF_COMPUTE_FAMILIES:  # float compute, half storage
+        storage = f"RIFTCO_STORAGE_{HALF_NAMES[dtype].upper()}"
+        types = ["#define T float", f"#define {storage} 1"]
+    else:
+        types = [f"#define T {c_type(dtype)}"]
+    types.append(f"#define IDX {c_type(index_dtype)}")
     types += [f"#define {key} {value}" for key, value in shader_defines().items()]
     types += [f"#define {key} {value}" for key, value in defines]
     body = expand_includes(shader_text(f"{family}.cl"), f"{family}.cl")

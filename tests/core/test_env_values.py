@@ -25,6 +25,7 @@ VARIABLES = [
     "RIFTCO_CUDA_GROUP_SIZE", "RIFTCO_CUDA_WIDE_MIN_TILES", "RIFTCO_CUDA_PROBE_TIMEOUT",
     "RIFTCO_NATIVE_MATMUL", "RIFTCO_NATIVE_POOL_MB", "RIFTCO_CACHE_DIR", "RIFTCO_KERNEL_CACHE",
     "RIFTCO_CUDA_SYNC", "RIFTCO_CUDA_POOLS", "RIFTCO_METAL_RUNTIME", "RIFTCO_STANDIN_MODEL_RUNS",
+    "RIFTCO_NATIVE_HALF",
 ]  # fmt: skip
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -99,7 +100,11 @@ def test_kernel_cache_junk_is_an_error_not_on(monkeypatch):
 
 @pytest.mark.parametrize(
     ("var", "said"),
-    [("RIFTCO_NATIVE_POOL_MB", "whole number of MiB"), ("RIFTCO_NATIVE_MATMUL", "blas, numpy")],
+    [
+        ("RIFTCO_NATIVE_POOL_MB", "whole number of MiB"),
+        ("RIFTCO_NATIVE_MATMUL", "blas, numpy"),
+        ("RIFTCO_NATIVE_HALF", "auto, portable"),
+    ],  # fmt: skip
 )
 def test_native_settings_junk_names_the_variable(registry, monkeypatch, var, said):
     pytest.importorskip("riftco.backends.native.backend")

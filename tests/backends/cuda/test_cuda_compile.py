@@ -21,7 +21,8 @@ import sys
 import numpy as np
 import pytest
 from riftco.errors import KernelCompileError
-from riftco.kernel_host.sources import families, program_source, shader_text
+from riftco.kernel_host.half_storage import HALF_COMPUTE_FAMILIES, HALF_NAMES, cast_defines
+from riftco.kernel_host.sources import c_type, families, program_source, shader_text
 
 compiler = pytest.importorskip("riftco.backends.cuda.compiler")
 
@@ -56,6 +57,19 @@ _VARIANTS += [
     ]
 ]
 _VARIANTS = [v for v in _VARIANTS if not (v[0] == "cast" and v[3] is None)]
+#: float16 / bfloat16 (shaders/half.h, bit level on CUDA): copies and fill, the families
+#: in half storage, and every cast to or from a half (the dtypes themselves: bfloat16 has no
+#: name numpy knows alone).
+_FLOATS = [*HALF_NAMES, np.dtype(np.float32), np.dtype(np.float64)]
+_VARIANTS += [
+    (f, h, "int32", None) for f in ("copy", *sorted(HALF_COMPUTE_FAMILIES)) for h in HALF_NAMES
+]
+_VARIANTS += [
+    ("cast", dst, "int32", {"SRC": c_type(src), **cast_defines(src, dst)})
+    for src in _FLOATS
+    for dst in _FLOATS
+    if src != dst and (src in HALF_NAMES or dst in HALF_NAMES)
+]
 
 
 def elf_functions(blob: bytes) -> set[str]:
@@ -95,7 +109,10 @@ def _literal_kernels(family: str) -> set[str]:
 @pytest.mark.parametrize(
     "family,dtype,index,defines",
     _VARIANTS,
-    ids=[f"{f}-{d}" + (f"-from-{x['SRC']}" if x else "") for f, d, _, x in _VARIANTS],
+    ids=[
+        f"{f}-{d}" + (f"-from-{x.get('CAST_WIDEN', x['SRC'])}" if x else "")
+        for f, d, _, x in _VARIANTS
+    ],
 )
 def test_nvrtc_compiles_family(family, dtype, index, defines):
     src = program_source(family, np.dtype(dtype), np.dtype(index), defines)

@@ -536,3 +536,33 @@ def test_conformance_values_with_kernels_on_pocl(computing):
     launched = {launch.kernel for launch in computing.launches}
     unused = [f for f in families() if not launched & set(source_kernels(program_source(f, F32)))]
     assert unused == ["flash_attention_cpu"], unused
+
+
+@needs_pocl
+def test_half_storage_values_with_kernels_on_pocl(computing):
+    """float16 / bfloat16 through the CUDA runtime and the fake (NVRTC compiles the CUDA
+    branch of half.h; PoCL runs the same source): casts round once to nearest even, fill
+    and strided copies move the bits, and an elementwise op in half storage computes in
+    float32 and rounds once; numpy / ml_dtypes say what each must give."""
+    from riftco.dtypes import LOW_PRECISION
+
+    be = _backend()
+    x = np.array([1 + 2**-11, 1 + 2**-8, 65520.0, -0.0, 2**-25 + 2**-40, 1 / 3, -2.5, 7.0],
+                 dtype=np.float32)  # fmt: skip
+    for half in sorted(LOW_PRECISION, key=str):
+        assert half in be.dtypes and "add" in be.low_precision_ops
+        with np.errstate(over="ignore"):
+            want = x.astype(half)
+            twice = (want.astype(np.float32) * 2).astype(half)
+        t = be.cast(be.from_numpy(x), half)
+        np.testing.assert_array_equal(be.to_numpy(t).view(np.uint16), want.view(np.uint16))
+        sums = be.to_numpy(be.binary("add", t, t))
+        np.testing.assert_array_equal(sums.view(np.uint16), twice.view(np.uint16))
+        np.testing.assert_array_equal(
+            be.to_numpy(be.cast(t, np.dtype(np.float64))), want.astype(np.float64)
+        )
+        grid = be.cast(be.from_numpy(x.reshape(2, 4)), half)
+        got = be.to_numpy(be.copy_strided(grid.permute(1, 0)))
+        np.testing.assert_array_equal(got.view(np.uint16), want.reshape(2, 4).T.view(np.uint16))
+        be.fill(t, 1 / 3)
+        np.testing.assert_array_equal(be.to_numpy(t), np.full(8, 1 / 3).astype(half))

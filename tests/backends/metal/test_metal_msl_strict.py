@@ -4,7 +4,8 @@ The g++ syntax check (tests/backends/metal/test_metal_backend.py) erases ``devic
 ``threadgroup`` and ``constant`` (the stub defines them empty), so a kernel that hands a
 device pointer to a helper expecting threadgroup memory passes there and fails only in
 Apple's compiler. Here every program the Metal backend builds (recorded from a workload on
-the objc runtime's fake, so the ``T=int`` and ``SRC=float`` expansions are in) is compiled
+the objc runtime's fake, so the ``T=int`` and ``SRC=float`` expansions are in, and the
+float16 / bfloat16 ones) is compiled
 by clang as C++ for OpenCL with the stub's qualifiers mapped to OpenCL's distinct address
 spaces (``device`` -> ``__global``, ``threadgroup`` -> ``__local``, ``constant`` ->
 ``__constant``), which C++ for OpenCL refuses to mix. From the preprocessed programs it
@@ -22,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from riftco.dtypes import LOW_PRECISION
 from riftco.kernel_host.sources import program_source
 
 CLANG = shutil.which("clang") or shutil.which("clang-14") or shutil.which("clang-15")
@@ -74,6 +76,11 @@ def _built_programs(monkeypatch: pytest.MonkeyPatch) -> list[ProgramKey]:
     backend = dev.backend
     for case in CASES.values():
         case(backend, np.random.default_rng(0), np.dtype(np.float32))
+    for half in LOW_PRECISION:  # half storage: copies, fill, casts, elementwise, softmax
+        h = backend.cast(backend.from_numpy(np.ones((4, 8), np.float32)), half)
+        backend.fill(h, 0.5)
+        sums = backend.binary("add", backend.copy_strided(h.permute(1, 0)), h.T)
+        backend.cast(backend.softmax_backward(sums, backend.softmax(sums)), np.float32)
     text, source = load_text(None)
     data = CharDataset.from_text(text[:5_000], 8, source)
     for attention in ("materialized", "flash"):
@@ -106,6 +113,9 @@ def test_every_built_program_passes_the_strict_check(registry, monkeypatch, stri
     kinds = {(k[0], k[1], dict(k[3]).get("SRC")) for k in programs}
     # T=int with SRC=float (float to int) and T=float with SRC=int: the backend's expansions
     assert ("cast", "int32", "float") in kinds and ("cast", "float32", "int") in kinds
+    assert ("cast", "float16", "float") in kinds and ("cast", "float32", "ushort") in kinds
+    assert ("elementwise", "float16", None) in kinds and ("copy", "float16", None) in kinds
+    assert ("softmax", "bfloat16", None) in kinds
     assert {"attention", "layer_norm", "matmul"} <= {k[0] for k in programs}
     problems = []
     for key in programs:

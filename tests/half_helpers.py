@@ -1,0 +1,54 @@
+"""What the float16 / bfloat16 kernel tests share: their backends, made once per process,
+and a distance in units of a half's last place.
+
+``ieee``: OpenCL as IEEE C at group size 256; ``fast96``: OpenCL built with fast math
+(``-cl-fast-relaxed-math -cl-finite-math-only``, as Metal compiles) at group size 96, one
+Metal picks; ``metal``: the Metal backend on its OpenCL stand-in (fast math, per-function
+group sizes). A ``bits-`` prefix names the same backend; the tests then force half.h's
+bit-level conversions into the programs they launch.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+_BACKENDS: dict[str, Any] = {}
+
+
+def half_backend(kind: str) -> Any:
+    """The backend ``kind`` names (see the module docstring)."""
+    base = kind.removeprefix("bits-")
+    if base not in _BACKENDS:
+        from riftco.backends.opencl.backend import OpenCLBackend
+
+        if base == "ieee":
+            _BACKENDS[base] = OpenCLBackend(0, group_size=256, fast_math=False)
+        elif base == "fast96":
+            _BACKENDS[base] = OpenCLBackend(0, group_size=96, fast_math=True)
+        elif base == "metal":
+            from riftco.backends.metal import standin
+            from riftco.backends.metal.backend import MetalBackend
+
+            _BACKENDS[base] = MetalBackend(0, mc_module=standin)
+        else:
+            raise ValueError(f"unknown half test backend {kind!r}")
+    return _BACKENDS[base]
+
+
+def half_ulps(got: np.ndarray, want: np.ndarray) -> np.ndarray:
+    """|got - want| in units of the half's last place, counted on the sign-magnitude
+    ordered bit patterns (so across zero and the subnormals too); 0 where both are NaN,
+    inf where only one is."""
+
+    def ordered(a: np.ndarray) -> np.ndarray:
+        b = a.view(np.uint16).astype(np.int64)
+        return np.where(b & 0x8000, -(b & 0x7FFF), b)
+
+    gn = np.isnan(got.astype(np.float32))
+    wn = np.isnan(want.astype(np.float32))
+    d = np.abs(ordered(got) - ordered(want)).astype(np.float64)
+    d[gn & wn] = 0
+    d[gn ^ wn] = np.inf
+    return d
