@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import riftco
+from helpers import cpu_native_opencl
 from train_helpers import tiny_device_trainer
 
 BF16 = pytest.mark.skipif(
@@ -14,9 +15,9 @@ BF16 = pytest.mark.skipif(
 )
 
 
-def _run(prec: str, capture: bool):
+def _run(prec: str, capture: bool, device: str = "cpu"):
     trainer = tiny_device_trainer(
-        "cpu", "materialized", capture, precision=prec, loss_scale_interval=2
+        device, "materialized", capture, precision=prec, loss_scale_interval=2
     )
     trainer.cfg.steps = 12
     if trainer.scaler is not None:
@@ -37,10 +38,11 @@ def _moments(trainer) -> list[bytes]:
     ]
 
 
+@pytest.mark.parametrize("device", cpu_native_opencl())
 @pytest.mark.parametrize("prec", [pytest.param("bf16-mixed", marks=BF16), "fp16-mixed"])
-def test_replays_give_the_eager_bits(prec):
-    eager, e = _run(prec, capture=False)
-    replayed, r = _run(prec, capture=True)
+def test_replays_give_the_eager_bits(prec, device):
+    eager, e = _run(prec, False, device)
+    replayed, r = _run(prec, True, device)
     assert r._captured.stats.replayed >= 8, (r._captured.stats, r._captured.refused)
     if prec == "fp16-mixed":
         update = r._captured_update
