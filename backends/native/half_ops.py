@@ -117,7 +117,7 @@ class NativeHalfOps(NativeHalf):
     def half_layer_norm(
         self, x: Tensor, gamma: Tensor, beta: Tensor, eps: float
     ) -> tuple[Tensor, Tensor, Tensor]:
-        """y in ``x.dtype``; mean and rstd in float32 (HALF_SPEC)."""
+        """y in ``x.dtype``; mean and rstd in float32 (core/ops/fused specifications)."""
         rows, cols = self._rows(x)
         y, yp = self._out(x.shape, x.dtype)
         mean, mp = self._out(x.shape[:-1], F32)
@@ -170,7 +170,7 @@ class NativeHalfOps(NativeHalf):
         return dx, dg, db
 
     def half_cross_entropy(self, logits: Tensor, targets: Tensor) -> tuple[Tensor, Tensor]:
-        """Loss rows and lse in float32 (HALF_SPEC)."""
+        """Loss rows and lse in float32 (core/ops/fused specifications)."""
         n, v = logits.shape
         loss, lp = self._out((n,), F32)
         lse, sp = self._out((n,), F32)

@@ -2,8 +2,9 @@
 
 Kernels hold a half as its 16 bits (``T = ushort``): the copy kernels move them as they
 are, and every conversion names a function of ``half.h``. Float parameter buffers of a
-half program hold the compute dtype, float32 (HALF_SPEC: "compute in float32, round once
-to the output dtype"), so a constant such as a scale is not rounded to half first.
+half program hold the compute dtype, float32 (compute in float32, round once to the output
+dtype: docs/DECISIONS.md, "Half precision"), so a constant such as a scale is not
+rounded to half first.
 """
 
 from __future__ import annotations

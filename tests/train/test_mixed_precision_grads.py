@@ -4,7 +4,7 @@ The step's float32 master gradients (float16 or bfloat16 compute, the cast VJP b
 float32, fp16's scale and unscale) are compared, per parameter, with the gradients of the
 same weights computed in float64 throughout. Tolerance, normwise per parameter:
 ``||g - g64|| <= K u ||g64||`` with ``u`` the compute dtype's unit roundoff (2^-11 float16,
-2^-8 bfloat16). Each op rounds its output once (HALF_SPEC), so the error is a sum of
+2^-8 bfloat16). Each op rounds its output once (its specification), so the error is a sum of
 roundings: the one-layer model's longest path has ~13 rounded outputs forward (weight
 copies, embedding sum, LayerNorm, qkv, attention probabilities and output, projection,
 add + LayerNorm, linear+GELU, projection, add + LayerNorm, head) and as many backward, each

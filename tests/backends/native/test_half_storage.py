@@ -1,6 +1,7 @@
-"""The native backend's methods on float16/bfloat16 storage (HALF_SPEC "Widening": the ones
-a half-declaring backend runs itself): cast from and to strided views, fill rounding the
-value once from its double, allocation from the buffer pool; against numpy / exact values.
+"""The native backend's methods on float16/bfloat16 storage (the ones a half-declaring
+backend runs itself: docs/DECISIONS.md, "Half precision"): cast from and to strided
+views, fill rounding the value once from its double, allocation from the buffer pool;
+against numpy / exact values.
 """
 
 from __future__ import annotations
