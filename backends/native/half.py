@@ -4,7 +4,8 @@ A backend that declares the 2-byte dtypes runs the memory methods and ``cast`` o
 itself; core widens every other op through float32 with this ``cast``
 (``riftco.ops.widen``; docs/DECISIONS.md, "Half precision"), so the conversion is on
 every widened op's path twice and is worth a C pass: F16C (8 lanes per instruction)
-where the CPU has it, vectorised bit arithmetic where not, rounding once to nearest even from float32 or float64 alike.
+where the CPU has it, vectorised bit arithmetic where not, rounding once to nearest even
+from float32 or float64 alike.
 
 ``RIFTCO_NATIVE_HALF=portable`` forces the bit-arithmetic path on a CPU with F16C (the
 tests compare the two; the bench times both); ``auto`` (the default) asks cpuid once.
