@@ -15,6 +15,11 @@ from .half import F32, HALF, KIND, NativeHalf
 from .primitives import SMALL_GEMM, matrix_layout
 
 
+#: Rows of ``h`` the GELU backward widens at a time (HALF_GELU_ROWS in the C file): dH is
+#: computed in place over the float32 dY, so no M x N float32 H or dH is held.
+_GELU_ROWS = 64
+
+
 class NativeHalfMatmul(NativeHalf):
     """Mixin for :class:`NativeBackend`; relies on its pointer, output and BLAS helpers."""
 
@@ -121,7 +126,7 @@ class NativeHalfMatmul(NativeHalf):
         dx, dxp = self._out((m, k), x.dtype)
         dw, dwp = self._out((k, n), x.dtype)
         db, dbp = self._out((n,), x.dtype)
-        floats = 2 * m * k + 2 * k * n + m * n + n + (2 * m * n if gelu else 0)
+        floats = 2 * m * k + 2 * k * n + m * n + n + (min(m, _GELU_ROWS) * n if gelu else 0)
         scratch, sp = self._out((floats,), F32)  # pooled: back to the pool below
         with self._single_blas():
             status = self._lib.half_linear_backward(

@@ -77,23 +77,32 @@ int half_matmul(void *fn, int ta, int tb, int64_t M, int64_t N, int64_t K, const
  * (its parts, its column sums: the widened path's bits), dX, dW, db rounded once. `f` holds
  * M*K + K*N + M*N + M*K + K*N + N (+ M*N + M*N with GELU) floats. Returns the kernel's
  * status (-1: its scratch could not be allocated). */
+/* Rows of H widened at a time by the GELU backward (64 x N floats of scratch). */
+#define HALF_GELU_ROWS 64
+
 int half_linear_backward(void *fn, int64_t M, int64_t N, int64_t K, const uint16_t *X,
                          int64_t ldx, const uint16_t *W, int64_t ldw, const uint16_t *dY,
                          int64_t ldy, const uint16_t *H, int64_t ldh, uint16_t *dX,
                          uint16_t *dW, uint16_t *db, float *f, int gelu, int kind, int f16c) {
     float *x = f, *w = x + M * K, *dy = w + K * N, *dx = dy + M * N, *dw = dx + M * K;
-    float *dbf = dw + K * N, *h = dbf + N, *dh = h + M * N;
+    float *dbf = dw + K * N, *h = dbf + N;
     rift_widen_matrix(X, M, K, ldx, x, kind, f16c);
     rift_widen_matrix(W, K, N, ldw, w, kind, f16c);
     rift_widen_matrix(dY, M, N, ldy, dy, kind, f16c);
-    int status;
-    if (gelu < 0) {
-        status = linear_backward_f32(fn, M, N, K, x, K, w, N, dy, N, dx, dw, dbf);
-    } else {
-        rift_widen_matrix(H, M, N, ldh, h, kind, f16c);
-        status = linear_gelu_backward_f32(fn, M, N, K, x, K, w, N, dy, N, h, N, dh, dx, dw, dbf,
-                                          gelu);
+    if (gelu >= 0) {
+        /* dH = dY * gelu'(H) in place over the float32 dY, H widened HALF_GELU_ROWS rows at
+         * a time: the float32 kernel's H and dH would take 2 M N floats of scratch, the
+         * largest part of a mixed-precision step's high-water mark. Same chunk function on
+         * the same values: the bits of linear_gelu_backward_f32's pass. */
+        for (int64_t r0 = 0; r0 < M; r0 += HALF_GELU_ROWS) {
+            int64_t rows = M - r0 < HALF_GELU_ROWS ? M - r0 : HALF_GELU_ROWS;
+            rift_widen_matrix(H + r0 * ldh, rows, N, ldh, h, kind, f16c);
+            RIFT_PRAGMA(omp parallel for schedule(static) if (rows * N > RIFT_PAR_MIN))
+            for (int64_t i = 0; i < rows; i++)
+                gelu_bwd_chunk_f32(dy + (r0 + i) * N, h + i * N, dy + (r0 + i) * N, N, gelu);
+        }
     }
+    int status = linear_backward_f32(fn, M, N, K, x, K, w, N, dy, N, dx, dw, dbf);
     if (status == 0) {
         half_from_f32(dx, dX, M * K, kind, f16c);
         half_from_f32(dw, dW, K * N, kind, f16c);
