@@ -14,7 +14,6 @@ from riftco.tensor import Tensor
 from .half import F32, HALF, KIND, NativeHalf
 from .primitives import SMALL_GEMM, matrix_layout
 
-
 #: Rows of ``h`` the GELU backward widens at a time (HALF_GELU_ROWS in the C file): dH is
 #: computed in place over the float32 dY, so no M x N float32 H or dH is held.
 _GELU_ROWS = 64
