@@ -23,12 +23,6 @@ from ..dtypes import LOW_PRECISION, float32
 from ..errors import BackendContractError
 from ..tensor import Tensor
 
-#: Ops a half-declaring backend must run itself: they move or convert the bits.
-NATIVE = frozenset(
-    {"allocate", "from_numpy", "to_numpy", "copy_strided", "fill", "cast", "synchronize",
-     "memory_stats"}
-)  # fmt: skip
-
 #: ``cast(x, dtype)`` and ``Out(shape, dtype)``, handed in by dispatch (which this module
 #: must not import: dispatch imports it).
 Cast = Callable[[Tensor, Any], Tensor]
@@ -37,18 +31,22 @@ Cast = Callable[[Tensor, Any], Tensor]
 def needed(unit: Any, backend: Any, args: tuple[Any, ...], method: Any) -> bool:
     """True when ``unit`` on ``args`` runs widened on ``backend``: half operands, and not a
     method the backend runs in half itself (``method`` is None where the composite runs:
-    core's composite is always widened, so it rounds once)."""
-    if unit.name in NATIVE or (
-        method is not None and unit.name in getattr(backend, "low_precision_ops", ())
-    ):
-        return False
+    core's composite is always widened, so it rounds once). A half-declaring backend runs
+    the memory methods and ``cast`` itself: they move or convert the bits.
+
+    On every call of a backend that declares a half dtype, so the operands are looked at
+    first: a float32 call returns after that scan, without the name lookups."""
     for a in args:
         if type(a) is Tensor:
             if a.dtype in LOW_PRECISION:
-                return True
+                break
         elif type(a) is list and a and type(a[0]) is Tensor and a[0].dtype in LOW_PRECISION:
-            return True
-    return False
+            break
+    else:
+        return False
+    if unit.kind == "memory" or unit.name == "cast":
+        return False
+    return method is None or unit.name not in getattr(backend, "low_precision_ops", ())
 
 
 def run(
