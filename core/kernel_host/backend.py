@@ -48,6 +48,12 @@ _COPY_RUN = 64
 MAX_ELEMENTS = 2**31 - 1
 
 
+def _encode(dtype: Any, values: tuple[Any, ...]) -> bytes:
+    """A parameter buffer's bytes (1e308 as float32 is inf (IEEE), not news)."""
+    with quiet():
+        return np.asarray(values, dtype=dtype).tobytes()
+
+
 @dataclass
 class TransferStats:
     """Host<->device traffic. Tests assert on it: a training step downloads only the loss."""
@@ -181,28 +187,23 @@ class KernelBackend(FusedPlans, PrimitivePlans, BackendBase):
 
     def _constant(self, dtype: Any, values: tuple[Any, ...], cached: bool = True) -> Any:
         if not cached:
-            with quiet():
-                data = np.asarray(values, dtype=dtype).tobytes()
-            self._stats.param_buffers += 1
-            return self.runtime.constant(data)
-        key: tuple[Any, ...] | bytes = (dtype, values)
-        data = None
-        if 0.0 in values:  # -0.0 == 0.0 would share a buffer with 0.0: key by the bytes
-            with quiet():  # 1e308 as float32 is inf (IEEE), not news
-                data = np.asarray(values, dtype=dtype).tobytes()
-            key = data
+            return self._new_constant(_encode(dtype, values))
+        # -0.0 == 0.0 would share a buffer with 0.0: key such values by their bytes
+        data = _encode(dtype, values) if 0.0 in values else None
+        key: tuple[Any, ...] | bytes = (dtype, values) if data is None else data
         buf = self._constants.get(key)
         if buf is not None:
             self._constants.move_to_end(key)
             return buf
-        if data is None:
-            with quiet():
-                data = np.asarray(values, dtype=dtype).tobytes()
-        buf = self._constants[key] = self.runtime.constant(data)
-        self._stats.param_buffers += 1
+        buf = self._new_constant(_encode(dtype, values) if data is None else data)
+        self._constants[key] = buf
         if len(self._constants) > _CONSTANT_CACHE_SIZE:
             self._constants.popitem(last=False)
         return buf
+
+    def _new_constant(self, data: bytes) -> Any:
+        self._stats.param_buffers += 1
+        return self.runtime.constant(data)
 
     def empty(self, shape: Sequence[int], dtype: np.dtype) -> Tensor:
         """A dense tensor with undefined contents from the caching allocator."""
