@@ -138,6 +138,7 @@ int half_linear_backward(void *fn, int64_t M, int64_t N, int64_t K, uint16_t *X,
                          uint16_t *W, int64_t ldw, uint16_t *dY, int64_t ldy, uint16_t *H,
                          int64_t ldh, uint16_t *dX, uint16_t *dW, uint16_t *db, float *f,
                          int gelu, int kind, int f16c);
+int64_t half_linear_backward_floats(int64_t M, int64_t N, int64_t K, int gelu);
 int half_matmul(void *fn, int ta, int tb, int64_t M, int64_t N, int64_t K, uint16_t *A,
                 int64_t lda, uint16_t *B, int64_t ldb, uint16_t *C, uint16_t *bias, float *a,
                 float *b, uint16_t *Y, int approx, int kind, int f16c);

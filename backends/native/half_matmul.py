@@ -14,10 +14,6 @@ from riftco.tensor import Tensor
 from .half import F32, HALF, KIND, NativeHalf
 from .primitives import SMALL_GEMM, matrix_layout
 
-#: Rows of ``h`` the GELU backward widens at a time (HALF_GELU_ROWS in the C file): dH is
-#: computed in place over the float32 dY, so no M x N float32 H or dH is held.
-_GELU_ROWS = 64
-
 
 class NativeHalfMatmul(NativeHalf):
     """Mixin for :class:`NativeBackend`; relies on its pointer, output and BLAS helpers."""
@@ -105,10 +101,11 @@ class NativeHalfMatmul(NativeHalf):
     def _half_linear_backward(
         self, dy: Tensor, x: Tensor, w: Tensor, h: Tensor | None, gelu: str
     ) -> tuple[Tensor, Tensor, Tensor]:
-        """``(dx, dw, db)`` of ``y = x @ w + b`` (``gelu``: of ``gelu(h)``, ``h`` that sum):
-        the float32 kernel on float32 copies made in one C call, the gradients rounded
-        once. Nothing saved but the casts' dispatch: the passes over memory are the
-        widened path's, and so are the bits."""
+        """``(dx, dw, db)`` of ``y = x @ w + b`` (``gelu``: of ``gelu(h)``, ``h`` that sum)
+        in one C call: the float32 kernel's products on widened operands, X widened a chunk
+        of columns at a time and dX written over the chunk once dW has read it, so neither
+        is ever held in float32 whole (the two were most of a mixed-precision step's
+        activation high-water mark). The scratch is pooled, so it counts like any tensor."""
         gemm = self._gemm.get(F32)
         m, k = x.shape
         n = w.shape[1]
@@ -125,12 +122,13 @@ class NativeHalfMatmul(NativeHalf):
         dx, dxp = self._out((m, k), x.dtype)
         dw, dwp = self._out((k, n), x.dtype)
         db, dbp = self._out((n,), x.dtype)
-        floats = 2 * m * k + 2 * k * n + m * n + n + (min(m, _GELU_ROWS) * n if gelu else 0)
+        form = int(gelu == "tanh") if gelu else -1
+        floats = int(self._lib.half_linear_backward_floats(m, n, k, form))
         scratch, sp = self._out((floats,), F32)  # pooled: back to the pool below
         with self._single_blas():
             status = self._lib.half_linear_backward(
                 gemm, m, n, k, self._at(x), ldx, self._at(w), ldw, self._at(dy), ldy, hp, ldh,
-                dxp, dwp, dbp, sp, int(gelu == "tanh") if gelu else -1, KIND[x.dtype],
+                dxp, dwp, dbp, sp, form, KIND[x.dtype],
                 self._f16c,
             )  # fmt: skip
         del sp, scratch  # the pointer first: with it alive, the pool refuses the buffer

@@ -71,29 +71,51 @@ int half_matmul(void *fn, int ta, int tb, int64_t M, int64_t N, int64_t K, const
     return status;
 }
 
-/* linear_backward (gelu < 0) or linear_gelu_backward (gelu: its form, h the pre-activation)
- * on 2-byte dY [M x N], X [M x K], W [K x N] (row strides ldy, ldx, ldw): the operands
- * widened into the caller's float32 scratch `f` (dense), the float32 kernel run on them
- * (its parts, its column sums: the widened path's bits), dX, dW, db rounded once. `f` holds
- * M*K + K*N + M*N + M*K + K*N + N (+ M*N + M*N with GELU) floats. Returns the kernel's
- * status (-1: its scratch could not be allocated). */
 /* Rows of H widened at a time by the GELU backward (64 x N floats of scratch). */
 #define HALF_GELU_ROWS 64
+/* Columns of X the linear backward holds in float32 at a time, at least: see below. */
+#define HALF_BWD_MIN_COLS 256
 
+/* The columns of X per chunk of the linear backward: X is held in float32 no wider than
+ * dY (M x N, widened whole anyway) or HALF_BWD_MIN_COLS columns, whichever is wider. */
+static int64_t half_bwd_cols(int64_t N, int64_t K) {
+    int64_t kc = N > HALF_BWD_MIN_COLS ? N : HALF_BWD_MIN_COLS;
+    return kc < K ? kc : K;
+}
+
+int64_t half_linear_backward_floats(int64_t M, int64_t N, int64_t K, int gelu) {
+    int64_t h = gelu >= 0 ? (M < HALF_GELU_ROWS ? M : HALF_GELU_ROWS) * N : 0;
+    return M * half_bwd_cols(N, K) + 2 * K * N + M * N + N + h;
+}
+
+/* linear_backward (gelu < 0) or linear_gelu_backward (gelu: its form, h the pre-activation)
+ * on 2-byte dY [M x N], X [M x K], W [K x N] (row strides ldy, ldx, ldw); dX, dW, db dense.
+ *
+ * W and dY are widened whole (dY becomes dH in place), X a chunk of kc columns at a time
+ * (half_bwd_cols), and no float32 dX is ever held: per chunk, dW's rows = X's columns^T dH
+ * are computed, then, once no thread reads the chunk any more, dX's columns = dH W's
+ * rows^T are written over it and rounded. X and dX are the largest matrices of an MLP's
+ * down projection, and a float32 copy of each was most of a mixed-precision step's
+ * activation high-water mark. The chunks are not narrower because, on the 2-vCPU machines
+ * this was measured on, two threads calling OpenBLAS at once lose a fixed ~0.2 ms per
+ * pair of calls: each product is split over the threads (gemm_parts), one call each.
+ * With one chunk (K <= max(N, 256)) these are the float32 kernel's calls, so its bits;
+ * with more, each element is still one call's sum over the same inner dimension, but BLAS
+ * may block it differently, so the float32 sums can differ in their last bits.
+ * Scratch `f` (the caller's, so it counts as allocated): half_linear_backward_floats.
+ * Returns 0, or -1 when the column sums of dH (db) could not allocate their scratch. */
 int half_linear_backward(void *fn, int64_t M, int64_t N, int64_t K, const uint16_t *X,
                          int64_t ldx, const uint16_t *W, int64_t ldw, const uint16_t *dY,
                          int64_t ldy, const uint16_t *H, int64_t ldh, uint16_t *dX,
                          uint16_t *dW, uint16_t *db, float *f, int gelu, int kind, int f16c) {
-    float *x = f, *w = x + M * K, *dy = w + K * N, *dx = dy + M * N, *dw = dx + M * K;
-    float *dbf = dw + K * N, *h = dbf + N;
-    rift_widen_matrix(X, M, K, ldx, x, kind, f16c);
+    int64_t kc = half_bwd_cols(N, K);
+    float *x = f, *w = x + M * kc, *dy = w + K * N, *dw = dy + M * N, *dbf = dw + K * N;
+    float *h = dbf + N;
     rift_widen_matrix(W, K, N, ldw, w, kind, f16c);
     rift_widen_matrix(dY, M, N, ldy, dy, kind, f16c);
     if (gelu >= 0) {
         /* dH = dY * gelu'(H) in place over the float32 dY, H widened HALF_GELU_ROWS rows at
-         * a time: the float32 kernel's H and dH would take 2 M N floats of scratch, the
-         * largest part of a mixed-precision step's high-water mark. Same chunk function on
-         * the same values: the bits of linear_gelu_backward_f32's pass. */
+         * a time; the same chunk function on the same values as linear_gelu_backward_f32. */
         for (int64_t r0 = 0; r0 < M; r0 += HALF_GELU_ROWS) {
             int64_t rows = M - r0 < HALF_GELU_ROWS ? M - r0 : HALF_GELU_ROWS;
             rift_widen_matrix(H + r0 * ldh, rows, N, ldh, h, kind, f16c);
@@ -102,9 +124,37 @@ int half_linear_backward(void *fn, int64_t M, int64_t N, int64_t K, const uint16
                 gelu_bwd_chunk_f32(dy + (r0 + i) * N, h + i * N, dy + (r0 + i) * N, N, gelu);
         }
     }
-    int status = linear_backward_f32(fn, M, N, K, x, K, w, N, dy, N, dx, dw, dbf);
+    cblas_gemm_t_f32 gemm = (cblas_gemm_t_f32)fn;
+    int cols_x, cols_w, status = 0;
+    int64_t px = gemm_parts_f32(M, kc, N, &cols_x), pw = gemm_parts_f32(kc, N, M, &cols_w);
+    int64_t groups = (N + RIFT_SUM_COLS - 1) / RIFT_SUM_COLS;
+    RIFT_PRAGMA(omp parallel if (px > 1 || pw > 1) reduction(| : status))
+    {
+        RIFT_PRAGMA(omp for schedule(dynamic, 1) nowait)
+        for (int64_t g = 0; g < groups; g++) { /* db: the float32 kernel's column sums */
+            int64_t j0 = g * RIFT_SUM_COLS, j1 = j0 + RIFT_SUM_COLS < N ? j0 + RIFT_SUM_COLS : N;
+            status |= colsum_range_f32(dy, M, N, j0, j1, dbf);
+        }
+        for (int64_t k0 = 0; k0 < K; k0 += kc) { /* every thread walks the chunks in order */
+            int64_t kb = K - k0 < kc ? K - k0 : kc;
+            RIFT_PRAGMA(omp for schedule(static))
+            for (int64_t r = 0; r < M; r++)
+                rift_to_f32_chunk(X + r * ldx + k0, x + r * kb, kb, kind, f16c);
+            RIFT_PRAGMA(omp for schedule(static))
+            for (int64_t c = 0; c < pw; c++) /* dW rows k0.. = X chunk^T dH */
+                gemm_part_f32(gemm, c, pw, cols_w, 1, 0, kb, N, M, x, kb, dy, N, dw + k0 * N,
+                              N, NULL);
+            /* that loop's barrier: every dW part has read the chunk; dX may overwrite it */
+            RIFT_PRAGMA(omp for schedule(static))
+            for (int64_t c = 0; c < px; c++) /* dX columns k0.. = dH (W rows k0..)^T */
+                gemm_part_f32(gemm, c, px, cols_x, 0, 1, M, kb, N, dy, N, w + k0 * N, N, x, kb,
+                              NULL);
+            RIFT_PRAGMA(omp for schedule(static)) /* its barrier: the next chunk's widening */
+            for (int64_t r = 0; r < M; r++)
+                rift_from_f32_chunk(x + r * kb, dX + r * K + k0, kb, kind, f16c);
+        }
+    }
     if (status == 0) {
-        half_from_f32(dx, dX, M * K, kind, f16c);
         half_from_f32(dw, dW, K * N, kind, f16c);
         half_from_f32(dbf, db, N, kind, f16c);
     }

@@ -32,6 +32,7 @@ from ..ieee import quiet
 from ..tensor import Tensor
 from .allocator import CachingAllocator
 from .fused import FusedPlans
+from .half_linear import HALF_LINEAR_OPS
 from .half_storage import HALF_NATIVE_OPS, half_bits, is_half
 from .layout import collapse
 from .primitives import PrimitivePlans
@@ -75,8 +76,9 @@ class KernelBackend(FusedPlans, PrimitivePlans, BackendBase):
     """Base of every backend that runs ``shaders/`` kernels. Subclasses supply a runtime."""
 
     name: ClassVar[str] = "kernel"
-    #: elementwise.cl loads halves, computes in float32 and stores once (half_storage.py)
-    low_precision_ops: ClassVar[frozenset[str]] = HALF_NATIVE_OPS
+    #: elementwise.cl loads halves, computes in float32 and stores once (half_storage.py);
+    #: the linear backwards widen their operands one at a time (half_linear.py)
+    low_precision_ops: ClassVar[frozenset[str]] = HALF_NATIVE_OPS | HALF_LINEAR_OPS
 
     def __init__(self, device_index: int = 0, runtime: Runtime | None = None) -> None:
         super().__init__(device_index)

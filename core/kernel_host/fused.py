@@ -25,12 +25,14 @@ from .fused_linear import LinearPlan
 from .fused_linear_gelu import LinearGeluPlan
 from .fused_rms_norm import RMSNormPlan
 from .fused_softmax import SoftmaxPlan
+from .half_linear import HalfLinearPlan
 from .shader_defines import FLASH_MAX_HEAD_DIM
 
 __all__ = ["FLASH_MAX_HEAD_DIM", "FusedPlans"]
 
 
 class FusedPlans(
+    HalfLinearPlan,  # first: its half path comes before LinearGeluPlan's and LinearPlan's
     LinearGeluPlan,  # first: it extends GeluPlan (its backward starts with gelu_backward)
     GeluPlan,
     SoftmaxPlan,

@@ -30,6 +30,13 @@ class GeluPlan(PlanBase):
 
     def gelu_backward(self, dy: Tensor, x: Tensor, approximate: str) -> Tensor:
         dx = self.empty(x.shape, x.dtype)
+        self.gelu_backward_into(dx, dy, x, approximate)
+        return dx
+
+    def gelu_backward_into(self, dx: Tensor, dy: Tensor, x: Tensor, approximate: str) -> None:
+        """``dx = dy * gelu'(x)``; ``dx`` may be ``dy`` itself (each thread reads its
+        element of both inputs before it writes that element), which the half linear
+        backward uses to hold one float32 matrix fewer."""
         n = x.size
         if n and approximate == "tanh":
             self.launch("gelu", "gelu_tanh_backward", x.dtype, n, dx, dy, x, ints=(n, 0))
@@ -37,4 +44,3 @@ class GeluPlan(PlanBase):
             form = _GELU_FORMS[approximate]
             threads = flat_threads(n)
             self.launch("gelu", "gelu_backward", x.dtype, threads, dx, dy, x, ints=(n, form))
-        return dx

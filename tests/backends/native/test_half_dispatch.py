@@ -156,3 +156,58 @@ def test_listed_ops_give_the_widened_paths_bits(monkeypatch, dtype) -> None:
         widened = _bits(fn(*args))
         for i, (n, w) in enumerate(zip(native[name], widened, strict=True)):
             assert np.array_equal(n, w), f"{name} output {i}"
+
+
+@HALVES
+@pytest.mark.parametrize("gelu", ["", "tanh"])
+@pytest.mark.parametrize(
+    "m,k,n",
+    [(600, 100, 90), (300, 600, 40)],
+    ids=["one-chunk", "three-chunks"],  # X's columns in chunks of max(n, 256)
+)
+def test_chunked_linear_backward_matches_float64_and_the_widened_path(
+    monkeypatch, dtype, gelu, m, k, n
+) -> None:
+    """The half backward holds X in float32 a chunk of max(N, 256) columns at a time and
+    writes dX's columns over it once dW's rows have read it, each product split over the
+    threads when it is large enough: one shape in one chunk, one in 256 + 256 + 88
+    columns, both above the parallel threshold. Each gradient must be the float64 value
+    rounded once, up to float32's accumulation error, and the widened path's value to one
+    half ulp plus that error (BLAS may block a chunk's inner sum unlike the whole's, so
+    sums that cancel can differ in float32's last bits; a chunk written to the wrong place,
+    or widened from the wrong columns, is off by whole values)."""
+    rng = np.random.default_rng(5)
+    dev = riftco.device("native")
+
+    def t(*shape):
+        return riftco.tensor(rng.standard_normal(shape).astype(dtype), device=dev)
+
+    dy, x, w, h = t(m, n), t(m, k), t(k, n), t(m, n)
+    if gelu:
+        run = lambda: F.linear_gelu_backward(dy, x, w, h, gelu)  # noqa: E731
+    else:
+        run = lambda: F.linear_backward(dy, x, w)  # noqa: E731
+    tiled = [o.numpy().astype(np.float64) for o in run()]
+    monkeypatch.setattr(dev.backend, "low_precision_ops", frozenset())
+    widened = [o.numpy().astype(np.float64) for o in run()]
+
+    d, xv, wv = (a.numpy().astype(np.float64) for a in (dy, x, w))
+    if gelu:
+        hv = h.numpy().astype(np.float64)
+        inner = np.sqrt(2 / np.pi) * (hv + 0.044715 * hv**3)
+        th = np.tanh(inner)
+        dgelu = 0.5 * (1 + th) + 0.5 * hv * (1 - th**2) * np.sqrt(2 / np.pi) * (
+            1 + 3 * 0.044715 * hv**2
+        )
+        d = d * dgelu
+    refs = [d @ wv.T, xv.T @ d, d.sum(0)]
+    scales = [np.abs(d) @ np.abs(wv).T, np.abs(xv).T @ np.abs(d), np.abs(d).sum(0)]
+    u = 2.0**-11 if dtype == F16 else 2.0**-8
+    for name, got, wide, ref, scale in zip(("dx", "dw", "db"), tiled, widened, refs, scales,
+                                           strict=True):  # fmt: skip
+        assert got.shape == ref.shape, name
+        bound = u * np.abs(ref) + 1e-4 * scale + 2.0**-24
+        worst = np.max(np.abs(got - ref) - bound)
+        assert worst <= 0, f"{name}: off the float64 value by {worst:.3g} beyond the bound"
+        ulp = u * 2 * np.maximum(np.abs(wide), 2.0**-14)
+        assert np.all(np.abs(got - wide) <= ulp + 1e-4 * scale), f"{name}: off the widened path"
