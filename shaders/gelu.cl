@@ -16,6 +16,19 @@
 
 #include "specials.h"
 
+/* GELU_X_WIDEN (defined by the host as one of half.h's widenings, e.g.
+ * riftco_bf16_to_float): the backwards read x as its 2-byte bits and widen each element on
+ * load, exactly, so a float32 GELU backward needs no float32 copy of a half input (the
+ * half linear_gelu_backward's H: core/kernel_host/half_linear.py). */
+#ifdef GELU_X_WIDEN
+#include "half.h"
+#define GELU_XT ushort
+#define GELU_LOAD_X(i) GELU_X_WIDEN(x[i])
+#else
+#define GELU_XT T
+#define GELU_LOAD_X(i) x[i]
+#endif
+
 #define GELU_SQRT_2_OVER_PI ((T)0.79788456080286535588)
 #define GELU_INV_SQRT_2 ((T)0.70710678118654752440)
 #define GELU_INV_SQRT_PI ((T)0.56418958354775628695)
@@ -93,10 +106,11 @@ INLINE T gelu_tanh_grad(T v) {
 }
 
 KERNEL void gelu_tanh_backward(GLOBAL T* dx ARG(0), GLOBAL const T* dy ARG(1),
-                               GLOBAL const T* x ARG(2), GLOBAL const int* P ARG(3) THREAD_ARGS) {
+                               GLOBAL const GELU_XT* x ARG(2),
+                               GLOBAL const int* P ARG(3) THREAD_ARGS) {
     int i = GID;
     if (i < P[0]) {
-        dx[i] = dy[i] * gelu_tanh_grad(x[i]);
+        dx[i] = dy[i] * gelu_tanh_grad(GELU_LOAD_X(i));
     }
 }
 
@@ -118,11 +132,11 @@ KERNEL void gelu_forward(GLOBAL T* y ARG(0), GLOBAL const T* x ARG(1),
 }
 
 KERNEL void gelu_backward(GLOBAL T* dx ARG(0), GLOBAL const T* dy ARG(1),
-                          GLOBAL const T* x ARG(2), GLOBAL const int* P ARG(3) THREAD_ARGS) {
+                          GLOBAL const GELU_XT* x ARG(2), GLOBAL const int* P ARG(3) THREAD_ARGS) {
     int n = P[0];
     int form = P[1];
     for (int i = GID; i < n; i += GLOBAL_SIZE) {
-        T v = x[i];
+        T v = GELU_LOAD_X(i);
         T g;
         if (form == 0) {
             g = gelu_tanh_grad(v);

@@ -129,8 +129,8 @@ INLINE long clamp(long x, long lo, long hi) { return min(max(x, lo), hi); }
  * Metal compiles with fast math by default: the compiler may assume no NaN or infinity
  * reaches any float operation, so `x != x`, `isnan(x)` and `x == -INFINITY` may fold to a
  * constant (PoCL folds `x != x` to false under -cl-fast-relaxed-math; see
- * tests/test_fast_math.py). Kernels therefore never branch on a float comparison with a
- * special value. Instead:
+ * tests/kernels/test_kernel_specials.py). Kernels therefore never branch on a float
+ * comparison with a special value. Instead:
  *   - NaN and infinity are recognised by their bit patterns (RIFTCO_ISNAN & co.: exponent
  *     all ones, mantissa non-zero / zero), which no float optimisation can fold;
  *   - running maxima start from a finite sentinel (RIFTCO_LOWEST, the lowest finite value)

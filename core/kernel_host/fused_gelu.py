@@ -33,14 +33,20 @@ class GeluPlan(PlanBase):
         self.gelu_backward_into(dx, dy, x, approximate)
         return dx
 
-    def gelu_backward_into(self, dx: Tensor, dy: Tensor, x: Tensor, approximate: str) -> None:
-        """``dx = dy * gelu'(x)``; ``dx`` may be ``dy`` itself (each thread reads its
-        element of both inputs before it writes that element), which the half linear
-        backward uses to hold one float32 matrix fewer."""
+    def gelu_backward_into(
+        self, dx: Tensor, dy: Tensor, x: Tensor, approximate: str, widen_x: str = ""
+    ) -> None:
+        """``dx = dy * gelu'(x)`` in ``dx``'s dtype; ``dx`` may be ``dy`` itself (each
+        thread reads its element of both inputs before it writes that element).
+        ``widen_x``: half.h's widening of a 2-byte ``x`` (``riftco_bf16_to_float``, say),
+        applied on load, so a half ``x`` needs no float32 copy."""
         n = x.size
+        defines = {"GELU_X_WIDEN": widen_x} if widen_x else None
         if n and approximate == "tanh":
-            self.launch("gelu", "gelu_tanh_backward", x.dtype, n, dx, dy, x, ints=(n, 0))
+            self.launch("gelu", "gelu_tanh_backward", dx.dtype, n, dx, dy, x, ints=(n, 0),
+                        defines=defines)  # fmt: skip
         elif n:
             form = _GELU_FORMS[approximate]
             threads = flat_threads(n)
-            self.launch("gelu", "gelu_backward", x.dtype, threads, dx, dy, x, ints=(n, form))
+            self.launch("gelu", "gelu_backward", dx.dtype, threads, dx, dy, x, ints=(n, form),
+                        defines=defines)  # fmt: skip

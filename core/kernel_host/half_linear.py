@@ -4,8 +4,10 @@ Core's widened path would cast all four operands to float32 first and keep them 
 whole op: in a mixed-precision step, the widened ``linear_gelu_backward`` held float32 dY,
 H, dH, X and W at once, the step's activation high-water mark. Here the same launches
 (the casts, the float32 GELU backward, products and column sum, the casts back: so the
-same bits as the widened path) come in an order that holds fewer float32 matrices at a
-time: dH is written over the float32 dY, and W, then X, are widened only for their own
+same bits as the widened path; H is widened by the same half.h function inside the GELU
+kernel instead of the cast kernel) come in an order that holds fewer float32 matrices at a
+time: dH is written over the float32 dY by a GELU backward that widens H as it reads
+it (``GELU_X_WIDEN`` in shaders/gelu.cl), and W, then X, are widened only for their own
 product and released once it is queued (an in-order queue runs it before any later
 launch can reuse the buffer).
 """
@@ -17,7 +19,7 @@ from typing import TYPE_CHECKING
 from ..dtypes import float32
 from .fused_linear import LinearPlan
 from .fused_linear_gelu import LinearGeluPlan
-from .half_storage import is_half
+from .half_storage import is_half, widen_function
 
 if TYPE_CHECKING:
     from ..tensor import Tensor
@@ -41,8 +43,8 @@ class HalfLinearPlan(LinearGeluPlan, LinearPlan):
     ) -> tuple[Tensor, Tensor, Tensor]:
         if not is_half(x.dtype):
             return super().linear_gelu_backward(dy, x, weight, h, approximate)
-        dh = self.cast(dy, float32)
-        self.gelu_backward_into(dh, dh, self.cast(h, float32), approximate)
+        dh = self.cast(dy, float32)  # dH is written over it, H widened as it is read
+        self.gelu_backward_into(dh, dh, h, approximate, widen_x=widen_function(h.dtype))
         return self._half_linear_grads(dh, x, weight)
 
     def _half_linear_grads(

@@ -1,7 +1,7 @@
 """The op table: one row per op unit, for docs/BACKENDS.md and ``riftco ops``.
 
 Generated from the registry, so the guide cannot list an op the code lacks or describe it
-differently; ``tests/test_docs_tables.py`` checks the copy in docs/BACKENDS.md is current
+differently; ``tests/ops/test_op_units.py`` checks the copy in docs/BACKENDS.md is current
 (regenerate it with ``python -m riftco.ops.table --write docs/BACKENDS.md``).
 """
 

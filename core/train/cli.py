@@ -257,7 +257,8 @@ def check_resume_flags(resume: str, args: argparse.Namespace, given: set[str]) -
     clashes = []
     for dest in sorted(given & RUN_FLAGS.keys()):
         section, key = RUN_FLAGS[dest]
-        saved = state.get(section, {}).get(key) if isinstance(state.get(section), dict) else None
+        part = state.get(section)
+        saved = part[key] if isinstance(part, dict) and key in part else _default(section, key)
         if saved != getattr(args, dest):
             flag = "--" + dest.replace("_", "-")
             clashes.append(f"{flag} {getattr(args, dest)} (the run has {saved})")
@@ -268,6 +269,21 @@ def check_resume_flags(resume: str, args: argparse.Namespace, given: set[str]) -
             "with --out DIR (--steps, --data, --out, --backend and the output flags may change)"
         )
     return state
+
+
+def _default(section: str, key: str) -> Any:
+    """What a run saved without ``key`` (written before that setting existed) runs with on
+    resume: its config's default (``restore.build`` fills it in), else None."""
+    import dataclasses
+
+    from ..nn import GPTConfig
+    from .loop import TrainConfig
+
+    fields = {
+        f.name: f for f in dataclasses.fields({"train": TrainConfig, "model": GPTConfig}[section])
+    }
+    field = fields.get(key)
+    return None if field is None or field.default is dataclasses.MISSING else field.default
 
 
 def check_outputs(out: str) -> None:

@@ -76,3 +76,25 @@ def test_mixed_precision_needs_float32_masters():
     device = riftco.device("cpu")
     with pytest.raises(DTypeError, match="keeps float32 master weights.*float64"):
         check_device(precision("fp16-mixed"), device, np.dtype(np.float64))
+
+
+def test_a_run_saved_before_precision_existed_resumes_as_fp32(tmp_path, text_file, capsys):
+    """A checkpoint written before ``--precision`` has no ``precision``: it resumes as fp32
+    (the config's default), so repeating ``--precision fp32`` changes nothing and is
+    accepted, while asking for bf16-mixed would change the run and is refused."""
+    import json
+
+    from riftco.train import checkpoint as ck
+
+    out = tmp_path / "run"
+    assert train_main(_argv(out, text_file)) == 0
+    capsys.readouterr()
+    state_path = ck.resolve(str(out)) / ck.STATE
+    state = json.loads(state_path.read_text())
+    del state["train"]["precision"]
+    state[ck.SELF_HASH] = ck._state_hash(state)
+    state_path.write_text(json.dumps(state))
+    resume = ["--resume", str(out), "--backend", "cpu", "--no-progress", "--sample-tokens", "0"]
+    assert train_main([*resume, "--precision", "bf16-mixed"]) == 2
+    assert "--precision bf16-mixed (the run has fp32)" in capsys.readouterr().err
+    assert train_main([*resume, "--precision", "fp32", "--steps", "6"]) == 0

@@ -21,7 +21,12 @@ import sys
 import numpy as np
 import pytest
 from riftco.errors import KernelCompileError
-from riftco.kernel_host.half_storage import HALF_COMPUTE_FAMILIES, HALF_NAMES, cast_defines
+from riftco.kernel_host.half_storage import (
+    HALF_COMPUTE_FAMILIES,
+    HALF_NAMES,
+    cast_defines,
+    widen_function,
+)
 from riftco.kernel_host.sources import c_type, families, program_source, shader_text
 
 compiler = pytest.importorskip("riftco.backends.cuda.compiler")
@@ -63,6 +68,9 @@ _VARIANTS = [v for v in _VARIANTS if not (v[0] == "cast" and v[3] is None)]
 _FLOATS = [*HALF_NAMES, np.dtype(np.float32), np.dtype(np.float64)]
 _VARIANTS += [
     (f, h, "int32", None) for f in ("copy", *sorted(HALF_COMPUTE_FAMILIES)) for h in HALF_NAMES
+]
+_VARIANTS += [  # the float32 GELU backwards reading a half x (core/kernel_host/half_linear.py)
+    ("gelu", "float32", "int32", {"GELU_X_WIDEN": widen_function(h)}) for h in HALF_NAMES
 ]
 _VARIANTS += [
     ("cast", dst, "int32", {"SRC": c_type(src), **cast_defines(src, dst)})
@@ -110,7 +118,8 @@ def _literal_kernels(family: str) -> set[str]:
     "family,dtype,index,defines",
     _VARIANTS,
     ids=[
-        f"{f}-{d}" + (f"-from-{x.get('CAST_WIDEN', x['SRC'])}" if x else "")
+        f"{f}-{d}"
+        + (f"-from-{x.get('CAST_WIDEN') or x.get('GELU_X_WIDEN') or x['SRC']}" if x else "")
         for f, d, _, x in _VARIANTS
     ],
 )

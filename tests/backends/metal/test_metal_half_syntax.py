@@ -19,7 +19,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from riftco.kernel_host.half_storage import HALF_COMPUTE_FAMILIES, HALF_NAMES, cast_defines
+from riftco.kernel_host.half_storage import (
+    HALF_COMPUTE_FAMILIES,
+    HALF_NAMES,
+    cast_defines,
+    widen_function,
+)
 from riftco.kernel_host.sources import c_type, program_source
 
 GXX = shutil.which("g++")
@@ -28,13 +33,18 @@ pytestmark = pytest.mark.skipif(
 )
 _FLOATS = [*HALF_NAMES, np.dtype(np.float32)]
 #: (family, dtype, defines) of every half program a Metal backend builds: copies and
-#: fill, the families in half storage (float compute) and each cast.
-PROGRAMS = [(f, h, {}) for f in ("copy", *sorted(HALF_COMPUTE_FAMILIES)) for h in HALF_NAMES] + [
-    ("cast", dst, {"SRC": c_type(src), **cast_defines(src, dst)})
-    for src in _FLOATS
-    for dst in _FLOATS
-    if src != dst and (src in HALF_NAMES or dst in HALF_NAMES)
-]
+#: fill, the families in half storage (float compute), each cast, and the float32 GELU
+#: backwards that read a half x (core/kernel_host/half_linear.py).
+PROGRAMS = (
+    [(f, h, {}) for f in ("copy", *sorted(HALF_COMPUTE_FAMILIES)) for h in HALF_NAMES]
+    + [
+        ("cast", dst, {"SRC": c_type(src), **cast_defines(src, dst)})
+        for src in _FLOATS
+        for dst in _FLOATS
+        if src != dst and (src in HALF_NAMES or dst in HALF_NAMES)
+    ]
+    + [("gelu", np.dtype(np.float32), {"GELU_X_WIDEN": widen_function(h)}) for h in HALF_NAMES]
+)
 
 
 def _gxx(source: str, path: Path) -> subprocess.CompletedProcess[str]:
