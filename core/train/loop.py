@@ -5,10 +5,8 @@ state, the batch generator's bit state and the step. The schedule is a function 
 step and validation batches come from their own fixed generator, so a run resumed from a
 checkpoint continues with the very losses (bit for bit, on cpu) of one never interrupted.
 
-The loss head is pluggable. The default runs autograd's ``cross_entropy`` and backward
-from the scalar loss. Any object with ``loss_and_grad(logits [N, V], targets [N]) ->
-(loss, dlogits)`` (raw Tensors, e.g. a compiled ``riftco.symbolic`` objective) works too:
-its ``dlogits`` seeds ``logits.backward(seed=dlogits)`` through the network.
+The loss head is pluggable (``heads.py``): autograd's cross-entropy by default, or any
+objective that returns its own gradient with respect to the logits.
 
 A run that diverges stops at once: a non-finite training or validation loss raises
 :class:`DivergenceError`, and no checkpoint is ever written from non-finite weights, so the
@@ -25,7 +23,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
@@ -33,7 +31,6 @@ from .. import creation, ops
 from ..autograd import Variable, cross_entropy, no_grad
 from ..device import Device
 from ..device import device as as_device
-from ..dtypes import compute_dtype
 from ..errors import DomainError, RiftcoError
 from ..nn import GPT
 from ..optim import AdamW, grad_norm
@@ -43,6 +40,7 @@ from . import restore
 from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from .checks import COUNT, FRACTION, NON_NEGATIVE, POSITIVE, POSITIVE_INT, UNIT
 from .data import CharDataset, load_text
+from .heads import as_head, label_smoothing_head
 from .precision import (
     MIN_SCALE,
     PRECISIONS,
@@ -147,67 +145,6 @@ class TrainResult:
     @property
     def final_val_loss_label(self) -> str:
         return f"validation at step {self.val_losses[-1][0]}" if self.val_losses else "none"
-
-
-# -- loss heads ------------------------------------------------------------------------------------
-class Objective(Protocol):
-    def loss_and_grad(self, logits: Tensor, targets: Tensor) -> tuple[Tensor, Tensor]: ...
-
-
-class CrossEntropyHead:
-    """Default head: autograd cross-entropy, backward from the scalar loss."""
-
-    def loss_and_backward(
-        self, logits: Variable, targets: Tensor, scale: float | None = None
-    ) -> Tensor:
-        loss = cross_entropy(logits, targets)
-        loss.backward(None if scale is None else _scaled_ones(loss.value, scale))
-        return loss.value
-
-
-class SeededHead:
-    """An objective that returns d(loss)/d(logits) itself; that gradient seeds the network."""
-
-    def __init__(self, objective: Objective) -> None:
-        self.objective = objective
-
-    def loss_and_backward(
-        self, logits: Variable, targets: Tensor, scale: float | None = None
-    ) -> Tensor:
-        z = logits.value
-        # Half logits reach the objective in float32 (exact), as cross_entropy computes its
-        # loss rows; the seed is scaled there and rounded once to the logits' dtype.
-        loss, dz = self.objective.loss_and_grad(ops.cast(z, compute_dtype(z.dtype)), targets)
-        seed = dz if scale is None else ops.mul_scalar(dz, scale)
-        logits.backward(seed=ops.cast(seed, z.dtype))
-        return loss
-
-
-def _scaled_ones(like: Tensor, scale: float) -> Tensor:
-    """The backward seed ``scale`` (a loss scale): a product on the device, so a captured
-    step refills the scale it gets as an argument (a fill would freeze the recorded one)."""
-    return ops.mul_scalar(ops.full_like(like, 1.0), scale)
-
-
-def label_smoothing_head(vocab: int, eps: float) -> Objective:
-    """Cross-entropy against ``(1 - eps) * onehot + eps / V``, differentiated once by
-    riftco.symbolic: a new loss in a few builder lines, no new autograd rule. Validation
-    still reports plain cross-entropy, so runs with and without smoothing compare."""
-    from ..symbolic import label_smoothing_objective
-
-    return label_smoothing_objective(vocab, eps)
-
-
-def as_head(head: Any) -> Any:
-    if head is None:
-        return CrossEntropyHead()
-    if hasattr(head, "loss_and_backward"):
-        return head
-    if hasattr(head, "loss_and_grad"):
-        return SeededHead(head)
-    raise TypeError(
-        f"[train] a loss head needs loss_and_grad() or loss_and_backward(); got {head!r}"
-    )
 
 
 # -- the trainer -----------------------------------------------------------------------------------

@@ -9,7 +9,8 @@ from riftco.autograd import Variable
 from riftco.nn import GPT, GPTConfig
 from riftco.train.cli import build_train_parser
 from riftco.train.data import CharDataset, load_text
-from riftco.train.loop import TrainConfig, Trainer, label_smoothing_head
+from riftco.train.heads import label_smoothing_head
+from riftco.train.loop import TrainConfig, Trainer
 
 
 def _smoothed_ce_numpy(logits: np.ndarray, targets: np.ndarray, eps: float):

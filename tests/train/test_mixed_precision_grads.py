@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import riftco
 from riftco.nn import GPT
-from riftco.train.loop import label_smoothing_head
+from riftco.train.heads import label_smoothing_head
 from riftco.train.precision import compute_copies
 from train_helpers import tiny_device_trainer
 

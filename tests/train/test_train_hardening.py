@@ -13,7 +13,8 @@ import riftco
 from riftco.errors import DomainError
 from riftco.nn import GPT, GPTConfig
 from riftco.train.checkpoint import load_checkpoint
-from riftco.train.loop import CrossEntropyHead, DivergenceError, Trainer
+from riftco.train.heads import CrossEntropyHead
+from riftco.train.loop import DivergenceError, Trainer
 from riftco.train.sample import generate
 from train_helpers import head_corpus, tiny_trainer
 
