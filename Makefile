@@ -73,9 +73,9 @@ HAVE_OPENCL = $(BIN)/python -c "import sys, riftco; e = riftco.get_registry().en
 	sys.exit(0 if e.available and e.devices() else (print('skipping $@:', e.reason) or 1))"
 # float16 and bfloat16: every op on one IEEE device (core widens most through float32);
 # elsewhere the ops the kernels run on half operands themselves (HALF_OPS: the memory
-# methods, cast, elementwise, softmax, the linear backwards; ~10-20 s a target) beside each
-# target's float32 run.
-HALF_OPS := copy_strided,fill,cast,softmax,softmax_backward,neg,exp,log,sqrt,rsqrt,tanh,abs,add,sub,mul,div,maximum,minimum,compare,where,add_scalar,mul_scalar,pow_scalar,linear_backward,linear_gelu_backward
+# methods, cast, elementwise, softmax, LayerNorm, cross-entropy, the linear backwards;
+# ~10-20 s a target) beside each target's float32 run.
+HALF_OPS := copy_strided,fill,cast,softmax,softmax_backward,neg,exp,log,sqrt,rsqrt,tanh,abs,add,sub,mul,div,maximum,minimum,compare,where,add_scalar,mul_scalar,pow_scalar,layer_norm,layer_norm_backward,add_layer_norm,add_layer_norm_backward,cross_entropy,cross_entropy_backward,linear_backward,linear_gelu_backward
 HALF_RUN := --dtypes float16,bfloat16 --ops $(HALF_OPS) --quiet
 conformance-opencl: $(STAMP)
 	@if $(HAVE_OPENCL); then $(BIN)/riftco conformance opencl --dtypes float32,float64 --quiet; fi

@@ -11,10 +11,14 @@
  * has lse = NaN and loss = NaN (0 when ignored), as IEEE max-subtracted arithmetic gives.
  * A target outside [-1, V) is never used as an index: the row counts as ignored and the
  * kernel records it in the status buffer (status.h); the host raises at the next sync.
+ * Logits and their gradient are TS, computed in T (half.h): for float16 / bfloat16 the
+ * logits load to float and each dlogit is rounded once when stored; the loss rows, lse
+ * and dloss stay T (float32), as the op unit says.
  */
 
 #include "rows.h"
 #include "status.h"
+#include "half.h"
 
 /* Whether t is -1 (ignored) or a valid class index. */
 INLINE int ce_target_ok(IDX t, int V) {
@@ -22,7 +26,7 @@ INLINE int ce_target_ok(IDX t, int V) {
 }
 
 KERNEL void cross_entropy_forward(GLOBAL T* loss ARG(0), GLOBAL T* lse ARG(1),
-                                  GLOBAL const T* logits ARG(2), GLOBAL const IDX* targets ARG(3),
+                                  GLOBAL const TS* logits ARG(2), GLOBAL const IDX* targets ARG(3),
                                   GLOBAL STATUS_T* status ARG(4), GLOBAL const int* P ARG(5)
                                   THREAD_ARGS) {
     LOCAL T mb[RT_MAX_GROUP];
@@ -40,7 +44,7 @@ KERNEL void cross_entropy_forward(GLOBAL T* loss ARG(0), GLOBAL T* lse ARG(1),
         int cls = 0;
         if (active) {
             for (int j = rt.tl; j < V; j += rt.tw) {
-                RT_ONLINE(m, s, cls, logits[base + j]);
+                RT_ONLINE(m, s, cls, LOAD(logits, base + j));
             }
         }
         rt_team_merge(mb, sb, cb, m, s, cls, rt);
@@ -52,7 +56,7 @@ KERNEL void cross_entropy_forward(GLOBAL T* loss ARG(0), GLOBAL T* lse ARG(1),
             if (!ce_target_ok(t, V)) {
                 riftco_flag_index(status, RIFTCO_OP_CROSS_ENTROPY, P[3], t);
             } else if (t >= 0) {
-                T picked = logits[base + (long)t];
+                T picked = LOAD(logits, base + (long)t);
                 out = !normal ? RIFTCO_NAN : (RIFTCO_ISNEGINF(picked) ? RIFTCO_INF : l - picked);
             }
             lse[row] = l;
@@ -62,8 +66,8 @@ KERNEL void cross_entropy_forward(GLOBAL T* loss ARG(0), GLOBAL T* lse ARG(1),
     }
 }
 
-KERNEL void cross_entropy_backward(GLOBAL T* dlogits ARG(0), GLOBAL const T* dloss ARG(1),
-                                   GLOBAL const T* logits ARG(2), GLOBAL const IDX* targets ARG(3),
+KERNEL void cross_entropy_backward(GLOBAL TS* dlogits ARG(0), GLOBAL const T* dloss ARG(1),
+                                   GLOBAL const TS* logits ARG(2), GLOBAL const IDX* targets ARG(3),
                                    GLOBAL const T* lse ARG(4), GLOBAL STATUS_T* status ARG(5),
                                    GLOBAL const int* P ARG(6) THREAD_ARGS) {
     int N = P[0];
@@ -77,7 +81,7 @@ KERNEL void cross_entropy_backward(GLOBAL T* dlogits ARG(0), GLOBAL const T* dlo
         if (!ok && j == 0) {
             riftco_flag_index(status, RIFTCO_OP_CROSS_ENTROPY_BACKWARD, P[2], t);
         }
-        T p = rs_exp_diff(logits[e], lse[row]);
+        T p = rs_exp_diff(LOAD(logits, e), lse[row]);
         T d = dloss[row];
         T g;
         if (ok && t >= 0) {
@@ -86,6 +90,6 @@ KERNEL void cross_entropy_backward(GLOBAL T* dlogits ARG(0), GLOBAL const T* dlo
             /* p * (d * 0): zero, or NaN when either factor is NaN or infinite (IEEE) */
             g = RIFTCO_ISFINITE(p) && RIFTCO_ISFINITE(d) ? (T)0.0 : RIFTCO_NAN;
         }
-        dlogits[e] = g;
+        STORE(dlogits, e, g);
     }
 }

@@ -8,9 +8,26 @@
  * width (see rows.h), the params kernels [2] rows_per_chunk, [3] chunks.
  * Float params F: [0] eps. Variance is computed from centred values (two passes), so
  * large offsets do not cancel.
+ *
+ * Tensors are TS, computed in T (half.h): for float16 / bfloat16 the entries load to
+ * float and each result is rounded once when stored; the statistics (mean, rstd) and the
+ * partial sums of dgamma/dbeta stay T (float32), as the op units say. add_layer_norm's
+ * half forward normalises the float32 sum x + res, not the rounded s it stores.
  */
 
 #include "rows.h"
+#include "half.h"
+
+/* An entry of the row being normalised, as a T: x's (LayerNorm), the residual sum's
+ * (add_layer_norm: read back from s in float programs, where it is exact; recomputed from
+ * x and res in half programs, where s holds it rounded). */
+#define LN_X(i) LOAD(x, i)
+#if defined(RIFTCO_STORAGE_F16) || defined(RIFTCO_STORAGE_BF16)
+#define LN_SUM(i) (LOAD(x, i) + LOAD(res, i))
+#else
+#define LN_SUM(i) (s[i])
+#endif
+#define LN_S(i) LOAD(s, i)
 
 /* Each LayerNorm row kernel and its add_layer_norm twin share their row arithmetic through
  * these macros rather than helper functions: expanded in place, both compile to the
@@ -19,13 +36,13 @@
  * active, base, C, and the kernel's buffers (y, gamma, beta, mean, rstd, eps; dy).
  *
  * Forward, once each lane holds its part of the row's sum in acc: the mean, the variance
- * of the centred entries of src (a second pass), rstd, then y and the saved mean, rstd. */
-#define LN_NORMALIZE_ROW(src, acc)                                              \
+ * of the centred entries SRC(i) (a second pass), rstd, then y and the saved mean, rstd. */
+#define LN_NORMALIZE_ROW(SRC, acc)                                              \
     T mu = rt_team_sum(buf, acc, rt) / (T)C;                                    \
     acc = (T)0.0;                                                               \
     if (active) {                                                               \
         for (int j = rt.tl; j < C; j += rt.tw) {                                \
-            T d = (src)[base + j] - mu;                                         \
+            T d = SRC(base + j) - mu;                                           \
             acc += d * d;                                                       \
         }                                                                       \
     }                                                                           \
@@ -33,7 +50,8 @@
     T r = (T)1.0 / PRECISE_SQRT(var + eps);                                     \
     if (active) {                                                               \
         for (int j = rt.tl; j < C; j += rt.tw) {                                \
-            y[base + j] = ((src)[base + j] - mu) * r * gamma[j] + beta[j];      \
+            STORE(y, base + j,                                                  \
+                  (SRC(base + j) - mu) * r * LOAD(gamma, j) + LOAD(beta, j));   \
         }                                                                       \
         if (rt.tl == 0) {                                                       \
             mean[row] = mu;                                                     \
@@ -42,17 +60,17 @@
     }
 
 /* The backward kernels' row means (same names, with dy): mu and r loaded, then
- * mean_g = mean(g) and mean_gx = mean(g * xhat) with g = dy * gamma, xhat of src. */
-#define LN_BACKWARD_ROW_MEANS(src)                                              \
+ * mean_g = mean(g) and mean_gx = mean(g * xhat) with g = dy * gamma, xhat of SRC. */
+#define LN_BACKWARD_ROW_MEANS(SRC)                                              \
     T mu = active ? mean[row] : (T)0.0;                                         \
     T r = active ? rstd[row] : (T)0.0;                                          \
     T acc_g = (T)0.0;                                                           \
     T acc_gx = (T)0.0;                                                          \
     if (active) {                                                               \
         for (int j = rt.tl; j < C; j += rt.tw) {                                \
-            T g = dy[base + j] * gamma[j];                                      \
+            T g = LOAD(dy, base + j) * LOAD(gamma, j);                          \
             acc_g += g;                                                         \
-            acc_gx += g * ((src)[base + j] - mu) * r;                           \
+            acc_gx += g * (SRC(base + j) - mu) * r;                             \
         }                                                                       \
     }                                                                           \
     T mean_g = rt_team_sum(buf, acc_g, rt) / (T)C;                              \
@@ -60,11 +78,11 @@
 
 /* dx of column j from its xhat; the caller keeps it a statement of its own (a wider
  * expression could be contracted differently). */
-#define LN_DX(xhat) r * (dy[base + j] * gamma[j] - mean_g - (xhat) * mean_gx)
+#define LN_DX(xhat) r * (LOAD(dy, base + j) * LOAD(gamma, j) - mean_g - (xhat) * mean_gx)
 
-KERNEL void layer_norm_forward(GLOBAL T* y ARG(0), GLOBAL T* mean ARG(1), GLOBAL T* rstd ARG(2),
-                               GLOBAL const T* x ARG(3), GLOBAL const T* gamma ARG(4),
-                               GLOBAL const T* beta ARG(5), GLOBAL const int* P ARG(6),
+KERNEL void layer_norm_forward(GLOBAL TS* y ARG(0), GLOBAL T* mean ARG(1), GLOBAL T* rstd ARG(2),
+                               GLOBAL const TS* x ARG(3), GLOBAL const TS* gamma ARG(4),
+                               GLOBAL const TS* beta ARG(5), GLOBAL const int* P ARG(6),
                                GLOBAL const T* F ARG(7) THREAD_ARGS) {
     LOCAL T buf[RT_MAX_GROUP];
     int rows = P[0];
@@ -78,16 +96,16 @@ KERNEL void layer_norm_forward(GLOBAL T* y ARG(0), GLOBAL T* mean ARG(1), GLOBAL
         T acc = (T)0.0;
         if (active) {
             for (int j = rt.tl; j < C; j += rt.tw) {
-                acc += x[base + j];
+                acc += LN_X(base + j);
             }
         }
-        LN_NORMALIZE_ROW(x, acc);
+        LN_NORMALIZE_ROW(LN_X, acc);
     }
 }
 
 /* dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dy * gamma. */
-KERNEL void layer_norm_backward_dx(GLOBAL T* dx ARG(0), GLOBAL const T* dy ARG(1),
-                                   GLOBAL const T* x ARG(2), GLOBAL const T* gamma ARG(3),
+KERNEL void layer_norm_backward_dx(GLOBAL TS* dx ARG(0), GLOBAL const TS* dy ARG(1),
+                                   GLOBAL const TS* x ARG(2), GLOBAL const TS* gamma ARG(3),
                                    GLOBAL const T* mean ARG(4), GLOBAL const T* rstd ARG(5),
                                    GLOBAL const int* P ARG(6) THREAD_ARGS) {
     LOCAL T buf[RT_MAX_GROUP];
@@ -98,11 +116,11 @@ KERNEL void layer_norm_backward_dx(GLOBAL T* dx ARG(0), GLOBAL const T* dy ARG(1
         int row = r0 + rt.team;
         int active = rt_active(rt, row, rows);
         long base = (long)row * C;
-        LN_BACKWARD_ROW_MEANS(x);
+        LN_BACKWARD_ROW_MEANS(LN_X);
         if (active) {
             for (int j = rt.tl; j < C; j += rt.tw) {
-                T xhat = (x[base + j] - mu) * r;
-                dx[base + j] = LN_DX(xhat);
+                T xhat = (LN_X(base + j) - mu) * r;
+                STORE(dx, base + j, LN_DX(xhat));
             }
         }
     }
@@ -110,10 +128,10 @@ KERNEL void layer_norm_backward_dx(GLOBAL T* dx ARG(0), GLOBAL const T* dy ARG(1
 
 /* add_layer_norm (residual add + LayerNorm): s = x + res written, then normalised as
  * layer_norm_forward does. Each team thread reads back only the elements it wrote. */
-KERNEL void add_layer_norm_forward(GLOBAL T* s ARG(0), GLOBAL T* y ARG(1), GLOBAL T* mean ARG(2),
-                                   GLOBAL T* rstd ARG(3), GLOBAL const T* x ARG(4),
-                                   GLOBAL const T* res ARG(5), GLOBAL const T* gamma ARG(6),
-                                   GLOBAL const T* beta ARG(7), GLOBAL const int* P ARG(8),
+KERNEL void add_layer_norm_forward(GLOBAL TS* s ARG(0), GLOBAL TS* y ARG(1), GLOBAL T* mean ARG(2),
+                                   GLOBAL T* rstd ARG(3), GLOBAL const TS* x ARG(4),
+                                   GLOBAL const TS* res ARG(5), GLOBAL const TS* gamma ARG(6),
+                                   GLOBAL const TS* beta ARG(7), GLOBAL const int* P ARG(8),
                                    GLOBAL const T* F ARG(9) THREAD_ARGS) {
     LOCAL T buf[RT_MAX_GROUP];
     int rows = P[0];
@@ -127,20 +145,20 @@ KERNEL void add_layer_norm_forward(GLOBAL T* s ARG(0), GLOBAL T* y ARG(1), GLOBA
         T acc = (T)0.0;
         if (active) {
             for (int j = rt.tl; j < C; j += rt.tw) {
-                T v = x[base + j] + res[base + j];
-                s[base + j] = v;
+                T v = LOAD(x, base + j) + LOAD(res, base + j);
+                STORE(s, base + j, v);
                 acc += v;
             }
         }
-        LN_NORMALIZE_ROW(s, acc);
+        LN_NORMALIZE_ROW(LN_SUM, acc);
     }
 }
 
 /* dsum = ds + dx, dx as layer_norm_backward_dx computes it (the stream's gradient folded
  * into the LayerNorm's backward: no separate add launch). */
-KERNEL void add_layer_norm_backward_dx(GLOBAL T* dsum ARG(0), GLOBAL const T* dy ARG(1),
-                                       GLOBAL const T* ds ARG(2), GLOBAL const T* s ARG(3),
-                                       GLOBAL const T* gamma ARG(4), GLOBAL const T* mean ARG(5),
+KERNEL void add_layer_norm_backward_dx(GLOBAL TS* dsum ARG(0), GLOBAL const TS* dy ARG(1),
+                                       GLOBAL const TS* ds ARG(2), GLOBAL const TS* s ARG(3),
+                                       GLOBAL const TS* gamma ARG(4), GLOBAL const T* mean ARG(5),
                                        GLOBAL const T* rstd ARG(6),
                                        GLOBAL const int* P ARG(7) THREAD_ARGS) {
     LOCAL T buf[RT_MAX_GROUP];
@@ -151,12 +169,12 @@ KERNEL void add_layer_norm_backward_dx(GLOBAL T* dsum ARG(0), GLOBAL const T* dy
         int row = r0 + rt.team;
         int active = rt_active(rt, row, rows);
         long base = (long)row * C;
-        LN_BACKWARD_ROW_MEANS(s);
+        LN_BACKWARD_ROW_MEANS(LN_S);
         if (active) {
             for (int j = rt.tl; j < C; j += rt.tw) {
-                T xhat = (s[base + j] - mu) * r;
+                T xhat = (LN_S(base + j) - mu) * r;
                 T dx = LN_DX(xhat);
-                dsum[base + j] = ds[base + j] + dx;
+                STORE(dsum, base + j, LOAD(ds, base + j) + dx);
             }
         }
     }
@@ -164,8 +182,8 @@ KERNEL void add_layer_norm_backward_dx(GLOBAL T* dsum ARG(0), GLOBAL const T* dy
 
 /* Stage 1: partial[chunk, 0, c] = sum over the chunk's rows of dy * xhat, partial[chunk, 1,
  * c] = sum of dy. One thread per (chunk, column), rows in order: deterministic. */
-KERNEL void layer_norm_backward_partial(GLOBAL T* partial ARG(0), GLOBAL const T* dy ARG(1),
-                                        GLOBAL const T* x ARG(2), GLOBAL const T* mean ARG(3),
+KERNEL void layer_norm_backward_partial(GLOBAL T* partial ARG(0), GLOBAL const TS* dy ARG(1),
+                                        GLOBAL const TS* x ARG(2), GLOBAL const T* mean ARG(3),
                                         GLOBAL const T* rstd ARG(4),
                                         GLOBAL const int* P ARG(5) THREAD_ARGS) {
     int rows = P[0];
@@ -182,8 +200,8 @@ KERNEL void layer_norm_backward_partial(GLOBAL T* partial ARG(0), GLOBAL const T
         T acc_beta = (T)0.0;
         for (int r = r0; r < r1; r++) {
             long e = (long)r * C + c;
-            T d = dy[e];
-            acc_gamma += d * (x[e] - mean[r]) * rstd[r];
+            T d = LOAD(dy, e);
+            acc_gamma += d * (LN_X(e) - mean[r]) * rstd[r];
             acc_beta += d;
         }
         partial[((long)chunk * 2) * C + c] = acc_gamma;
@@ -193,7 +211,7 @@ KERNEL void layer_norm_backward_partial(GLOBAL T* partial ARG(0), GLOBAL const T
 
 /* Stage 2: dgamma[c], dbeta[c] = sums of the chunk partials, chunks in order, in blocks
  * (BlockSum: a million rows make 15,625 chunks). */
-KERNEL void layer_norm_backward_params(GLOBAL T* dgamma ARG(0), GLOBAL T* dbeta ARG(1),
+KERNEL void layer_norm_backward_params(GLOBAL TS* dgamma ARG(0), GLOBAL TS* dbeta ARG(1),
                                        GLOBAL const T* partial ARG(2),
                                        GLOBAL const int* P ARG(3) THREAD_ARGS) {
     int C = P[1];
@@ -205,7 +223,7 @@ KERNEL void layer_norm_backward_params(GLOBAL T* dgamma ARG(0), GLOBAL T* dbeta 
             acc_gamma = bsum_add(acc_gamma, partial[((long)k * 2) * C + c]);
             acc_beta = bsum_add(acc_beta, partial[((long)k * 2 + 1) * C + c]);
         }
-        dgamma[c] = bsum_total(acc_gamma);
-        dbeta[c] = bsum_total(acc_beta);
+        STORE(dgamma, c, bsum_total(acc_gamma));
+        STORE(dbeta, c, bsum_total(acc_beta));
     }
 }

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..dtypes import compute_dtype
 from .fused_plan import flat_threads, row_plan
 from .host import PlanBase
 
@@ -18,8 +19,8 @@ class CrossEntropyPlan(PlanBase):
 
     def cross_entropy(self, logits: Tensor, targets: Tensor) -> tuple[Tensor, Tensor]:
         n, v = logits.shape
-        loss = self.empty((n,), logits.dtype)
-        lse = self.empty((n,), logits.dtype)
+        loss = self.empty((n,), compute_dtype(logits.dtype))  # float32 for half logits
+        lse = self.empty((n,), compute_dtype(logits.dtype))
         if n and v:
             threads, width = row_plan(n, v)
             self.launch(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from ..dtypes import compute_dtype
 from .fused_plan import flat_threads, prod, row_plan
 from .host import PlanBase
 
@@ -45,8 +46,8 @@ def forward_outputs(host: KernelHost, x: Tensor) -> tuple[Tensor, Tensor, Tensor
     lead = tuple(x.shape[:-1])
     rows = prod(lead)
     y = host.empty(x.shape, x.dtype)
-    mean = host.empty(lead, x.dtype)
-    rstd = host.empty(lead, x.dtype)
+    mean = host.empty(lead, compute_dtype(x.dtype))  # float32 for half x (the op unit's)
+    rstd = host.empty(lead, compute_dtype(x.dtype))
     if rows and not c:
         host.fill(mean, math.nan)
         host.fill(rstd, math.nan)
@@ -91,7 +92,7 @@ def launch_param_sums(
     chunks. Shared with ``add_layer_norm_backward`` (``x`` is its ``s``)."""
     c, rows, dt = x.shape[-1], prod(x.shape[:-1]), x.dtype
     chunks = -(-rows // _LN_CHUNK_ROWS)
-    partial = host.empty((chunks, 2, c), dt)
+    partial = host.empty((chunks, 2, c), compute_dtype(dt))  # the kernels' T
     pints = (rows, c, _LN_CHUNK_ROWS, chunks)
     host.launch(
         "layer_norm", "layer_norm_backward_partial", dt, flat_threads(chunks * c),

@@ -22,13 +22,14 @@ STORAGE_C_TYPE = "ushort"
 #: Families whose kernels declare tensors ``TS`` and compute in ``T`` (half.h): their half
 #: programs get ``T = float`` and ``RIFTCO_STORAGE_F16`` / ``_BF16``. Every other family's
 #: half programs hold a half as its bits (``T = ushort``) and only move it.
-HALF_COMPUTE_FAMILIES = frozenset({"elementwise", "softmax"})
+HALF_COMPUTE_FAMILIES = frozenset({"elementwise", "softmax", "layer_norm", "cross_entropy"})
 #: The protocol ops whose kernels are in those families: a kernel backend runs them on
 #: half storage itself (``low_precision_ops``); core widens the rest through float32.
 HALF_NATIVE_OPS = frozenset(
     {"neg", "exp", "log", "sqrt", "rsqrt", "tanh", "abs", "add", "sub", "mul", "div",
      "maximum", "minimum", "compare", "where", "add_scalar", "mul_scalar", "pow_scalar",
-     "softmax", "softmax_backward"}
+     "softmax", "softmax_backward", "layer_norm", "layer_norm_backward", "add_layer_norm",
+     "add_layer_norm_backward", "cross_entropy", "cross_entropy_backward"}
 )  # fmt: skip
 _WIDE = {np.dtype(np.float32): "float", np.dtype(np.float64): "double"}
 
