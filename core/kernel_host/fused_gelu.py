@@ -41,12 +41,12 @@ class GeluPlan(PlanBase):
         ``widen_x``: half.h's widening of a 2-byte ``x`` (``riftco_bf16_to_float``, say),
         applied on load, so a half ``x`` needs no float32 copy."""
         n = x.size
-        extra = {"defines": {"GELU_X_WIDEN": widen_x}} if widen_x else {}
+        defines = {"GELU_X_WIDEN": widen_x} if widen_x else None
         if n and approximate == "tanh":
             self.launch("gelu", "gelu_tanh_backward", dx.dtype, n, dx, dy, x, ints=(n, 0),
-                        **extra)  # fmt: skip
+                        defines=defines)  # fmt: skip
         elif n:
             form = _GELU_FORMS[approximate]
             threads = flat_threads(n)
             self.launch("gelu", "gelu_backward", dx.dtype, threads, dx, dy, x, ints=(n, form),
-                        **extra)  # fmt: skip
+                        defines=defines)  # fmt: skip

@@ -74,6 +74,10 @@ class KernelHost(Protocol):
         """The protocol's sum reduction (``PrimitivePlans``)."""
         ...
 
+    def cast(self, x: Tensor, dtype: np.dtype) -> Tensor:
+        """The protocol's dtype conversion (``PrimitivePlans``)."""
+        ...
+
 
 if TYPE_CHECKING:
     PlanBase = KernelHost

@@ -10,7 +10,7 @@ written here, independently of the CPU backend.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import cache
 from typing import Any
 
@@ -51,11 +51,12 @@ if _context() is None:
 
 
 @cache
-def _program(family: str, dtype: str, index: str) -> Any:
+def _program(family: str, dtype: str, index: str, defines: tuple[tuple[str, str], ...] = ()) -> Any:
     """The family's source exactly as the host layer assembles it (cached per test run)."""
     ctx, _ = _context()
     c_types = {"float": np.float32, "double": np.float64, "int": np.int32, "long": np.int64}
-    src = program_source(family, np.dtype(c_types[dtype]), np.dtype(c_types[index]))
+    src = program_source(family, np.dtype(c_types[dtype]), np.dtype(c_types[index]),
+                         dict(defines) or None)  # fmt: skip
     return cl.Program(ctx, src).build()
 
 
@@ -133,11 +134,13 @@ class _ClHost(FusedPlans):
         ints: Sequence[int] = (),
         floats: Sequence[float] = (),
         index_dtype: Any = None,
+        defines: Mapping[str, str] | None = None,
         status: tuple[str, int] | None = None,
     ) -> None:
         dtype = np.dtype(dtype)
         index = "long" if np.dtype(index_dtype or np.int32) == np.int64 else "int"
-        prg = _program(family, "double" if dtype == np.float64 else "float", index)
+        prg = _program(family, "double" if dtype == np.float64 else "float", index,
+                       tuple(sorted((defines or {}).items())))  # fmt: skip
         bufs = [a.buffer for a in args]
         if status is not None:  # the status buffer, and slot 0 as the last int
             bufs.append(self.status.buffer)
