@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 from riftco.backends.cpu.backend import CPUBackend, view
 from riftco.backends.cpu.fused import (
+    _layer_norm_math,
     attention_math,
     flash_math,
     gelu_grad_math,
@@ -621,6 +622,26 @@ class SoftmaxRoundsTwice(Base):
         return self.result((e / e.sum(-1, keepdims=True)).astype(v.dtype))
 
 
+class AddLayerNormNormalisesRoundedSum(Base):
+    """In 2-byte storage, normalises the residual sum it stores rounded, not the float32
+    sum (what a GPU kernel that read its own half output back would do)."""
+
+    low_precision_ops = frozenset({"add_layer_norm"})
+
+    def add_layer_norm(
+        self, x: Tensor, r: Tensor, gamma: Tensor, beta: Tensor, eps: float
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        dt = x.dtype
+        if dt.itemsize != 2:
+            return super().add_layer_norm(x, r, gamma, beta, eps)
+        wide = [view(t).astype(np.float32) for t in (x, r, gamma, beta)]
+        s = (wide[0] + wide[1]).astype(dt)
+        y, mean, rstd = _layer_norm_math(s.astype(np.float32), wide[2], wide[3], eps)
+        f32 = np.dtype(np.float32)
+        return (self.result(s, dt), self.result(y.astype(dt), dt),
+                self.result(mean.astype(f32), f32), self.result(rstd.astype(f32), f32))  # fmt: skip
+
+
 class CastFlushesSubnormals(Base):
     """float16 results below the smallest normal (2^-14) become zero (flush to zero)."""
 
@@ -652,6 +673,7 @@ MUTANTS: list[tuple[type[Base], str]] = [
     (SumInFloat16, "sum"),
     (SumAccumulatesInHalf, "sum"),
     (SoftmaxRoundsTwice, "softmax"),
+    (AddLayerNormNormalisesRoundedSum, "add_layer_norm"),
     (CastFlushesSubnormals, "cast"),
     (MaxDropsNaN, "max"),
     (ArgmaxLastTie, "argmax"),
