@@ -1,5 +1,6 @@
 """Conformance data of ``fused/gelu.py``: both approximations on long rows, odd sizes,
-every layout, |x| up to 1e4 and NaN."""
+every layout, |x| up to 1e4, NaN and the infinities (gelu(+inf) = +inf, gelu(-inf) =
+NaN, the derivative NaN at both)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ ROW_EDGES = smp.row_edges(
     {"label": "empty", "shape": (0, 7)},
     {"label": "0-d", "shape": ()},  # the cpu reference's exact form once failed here
     {"label": "large |x| (up to 1e4)", "shape": (3, 40), "large": True},
-    {"label": "NaN", "shape": (3, 21), "special": True},
+    {"label": "NaN and +-inf", "shape": (3, 21), "special": True},
 )
 
 
@@ -23,7 +24,7 @@ def _samples(backward: bool) -> smp.Samples:
         if p.get("large"):
             x = np.sign(x) * np.exp(rng.uniform(0.0, np.log(1e4), p["shape"]))
         if p.get("special"):
-            x = smp.with_specials(x, rng, np.nan)
+            x = smp.with_specials(x, rng, np.nan, np.inf, -np.inf)
         args = [smp.Arr(x, layout=p["layout"])]
         if backward:
             args.insert(0, smp.Arr(smp.normal(rng, p["shape"]), layout=p["layout"]))
