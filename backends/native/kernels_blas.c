@@ -153,6 +153,21 @@ int F(colsum)(const T *x, int64_t rows, int64_t cols, int64_t ld, T *out) {
     return status;
 }
 
+/* db = column sums of dY [M x N] (row stride ldy) in groups of RIFT_SUM_COLS columns, for
+ * the threads of an enclosing parallel region (an orphaned worksharing loop, no barrier):
+ * linear_backward's bias gradient and the half one's (kernels_half_matmul.c). Returns this
+ * thread's status (-1: a column sum could not allocate). */
+static int F(colsum_groups)(const T *dY, int64_t M, int64_t N, int64_t ldy, T *db) {
+    int status = 0;
+    int64_t groups = (N + RIFT_SUM_COLS - 1) / RIFT_SUM_COLS;
+    RIFT_PRAGMA(omp for schedule(dynamic, 1) nowait)
+    for (int64_t g = 0; g < groups; g++) {
+        int64_t j0 = g * RIFT_SUM_COLS, j1 = j0 + RIFT_SUM_COLS < N ? j0 + RIFT_SUM_COLS : N;
+        status |= F(colsum_range)(dY, M, ldy, j0, j1, db);
+    }
+    return status;
+}
+
 /* linear_backward's three products, for the threads of an enclosing parallel region (its
  * worksharing loops are orphaned: every thread of the region calls this): dX = dY W^T in px
  * parts, dW = X^T dY in pw parts (gemm_parts), db = column sums of dY in groups of
@@ -161,20 +176,14 @@ int F(colsum)(const T *x, int64_t rows, int64_t cols, int64_t ld, T *out) {
 static int F(linear_backward_parts)(F(cblas_gemm_t) gemm, int64_t M, int64_t N, int64_t K,
                                     const T *X, int64_t ldx, const T *W, int64_t ldw,
                                     const T *dY, int64_t ldy, T *dX, T *dW, T *db, int64_t px,
-                                    int cols_x, int64_t pw, int cols_w, int64_t groups) {
-    int status = 0;
+                                    int cols_x, int64_t pw, int cols_w) {
     RIFT_PRAGMA(omp for schedule(static) nowait)
     for (int64_t c = 0; c < px; c++) /* dX = dY W^T: (M x N) (N x K), W^T stored as W */
         F(gemm_part)(gemm, c, px, cols_x, 0, 1, M, K, N, dY, ldy, W, ldw, dX, K, NULL);
     RIFT_PRAGMA(omp for schedule(static) nowait)
     for (int64_t c = 0; c < pw; c++) /* dW = X^T dY: (K x M) (M x N), X^T stored as X */
         F(gemm_part)(gemm, c, pw, cols_w, 1, 0, K, N, M, X, ldx, dY, ldy, dW, N, NULL);
-    RIFT_PRAGMA(omp for schedule(dynamic, 1) nowait)
-    for (int64_t g = 0; g < groups; g++) {
-        int64_t j0 = g * RIFT_SUM_COLS, j1 = j0 + RIFT_SUM_COLS < N ? j0 + RIFT_SUM_COLS : N;
-        status |= F(colsum_range)(dY, M, ldy, j0, j1, db);
-    }
-    return status;
+    return db ? F(colsum_groups)(dY, M, N, ldy, db) : 0;
 }
 
 /* The backward of y = x W + b in one parallel region (one wake-up of the team); returns
@@ -187,10 +196,9 @@ int F(linear_backward)(void *fn, int64_t M, int64_t N, int64_t K, const T *X, in
     int cols_x = 0, cols_w = 0;
     int64_t px = dX ? F(gemm_parts)(M, K, N, &cols_x) : 0;
     int64_t pw = dW ? F(gemm_parts)(K, N, M, &cols_w) : 0;
-    int64_t groups = db ? (N + RIFT_SUM_COLS - 1) / RIFT_SUM_COLS : 0;
     int parallel = px > 1 || pw > 1, status = 0;
     RIFT_PRAGMA(omp parallel if (parallel) reduction(| : status))
     status |= F(linear_backward_parts)((F(cblas_gemm_t))fn, M, N, K, X, ldx, W, ldw, dY, ldy,
-                                       dX, dW, db, px, cols_x, pw, cols_w, groups);
+                                       dX, dW, db, px, cols_x, pw, cols_w);
     return status;
 }

@@ -127,14 +127,9 @@ int half_linear_backward(void *fn, int64_t M, int64_t N, int64_t K, const uint16
     cblas_gemm_t_f32 gemm = (cblas_gemm_t_f32)fn;
     int cols_x, cols_w, status = 0;
     int64_t px = gemm_parts_f32(M, kc, N, &cols_x), pw = gemm_parts_f32(kc, N, M, &cols_w);
-    int64_t groups = (N + RIFT_SUM_COLS - 1) / RIFT_SUM_COLS;
     RIFT_PRAGMA(omp parallel if (px > 1 || pw > 1) reduction(| : status))
     {
-        RIFT_PRAGMA(omp for schedule(dynamic, 1) nowait)
-        for (int64_t g = 0; g < groups; g++) { /* db: the float32 kernel's column sums */
-            int64_t j0 = g * RIFT_SUM_COLS, j1 = j0 + RIFT_SUM_COLS < N ? j0 + RIFT_SUM_COLS : N;
-            status |= colsum_range_f32(dy, M, N, j0, j1, dbf);
-        }
+        status |= colsum_groups_f32(dy, M, N, N, dbf); /* db: the float32 kernel's sums */
         for (int64_t k0 = 0; k0 < K; k0 += kc) { /* every thread walks the chunks in order */
             int64_t kb = K - k0 < kc ? K - k0 : kc;
             RIFT_PRAGMA(omp for schedule(static))

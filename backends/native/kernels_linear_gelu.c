@@ -48,7 +48,6 @@ int F(linear_gelu_backward)(void *fn, int64_t M, int64_t N, int64_t K, const T *
     int cols_x, cols_w;
     int64_t px = F(gemm_parts)(M, K, N, &cols_x);
     int64_t pw = F(gemm_parts)(K, N, M, &cols_w);
-    int64_t groups = (N + RIFT_SUM_COLS - 1) / RIFT_SUM_COLS;
     int parallel = px > 1 || pw > 1 || M * N > RIFT_PAR_MIN, status = 0;
     RIFT_PRAGMA(omp parallel if (parallel) reduction(| : status))
     {
@@ -56,7 +55,7 @@ int F(linear_gelu_backward)(void *fn, int64_t M, int64_t N, int64_t K, const T *
         for (int64_t i = 0; i < M; i++) /* implicit barrier: the products read all of dH */
             F(gelu_bwd_chunk)(dY + i * ldy, H + i * ldh, dH + i * N, N, approx);
         status |= F(linear_backward_parts)(gemm, M, N, K, X, ldx, W, ldw, dH, N, dX, dW, db, px,
-                                           cols_x, pw, cols_w, groups);
+                                           cols_x, pw, cols_w);
     }
     return status;
 }
