@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from ..dtypes import float32
 from .fused_linear import LinearPlan
 from .fused_linear_gelu import LinearGeluPlan
-from .half_storage import is_half, widen_function
+from .half_storage import cast_defines, is_half
 
 if TYPE_CHECKING:
     from ..tensor import Tensor
@@ -44,7 +44,8 @@ class HalfLinearPlan(LinearGeluPlan, LinearPlan):
         if not is_half(x.dtype):
             return super().linear_gelu_backward(dy, x, weight, h, approximate)
         dh = self.cast(dy, float32)  # dH is written over it, H widened as it is read
-        self.gelu_backward_into(dh, dh, h, approximate, widen_x=widen_function(h.dtype))
+        widen = cast_defines(h.dtype, float32)["CAST_WIDEN"]  # the cast kernel's own
+        self.gelu_backward_into(dh, dh, h, approximate, widen_x=widen)
         return self._half_linear_grads(dh, x, weight)
 
     def _half_linear_grads(

@@ -46,12 +46,6 @@ def half_bits(value: float, dtype: np.dtype) -> int:
         return int(np.asarray(value, dtype=dtype).reshape(1).view(np.uint16)[0])
 
 
-def widen_function(dtype: np.dtype) -> str:
-    """half.h's exact widening of ``dtype``'s bits to float32 (a kernel's load of a half
-    input its program does not store as ``T``: ``GELU_X_WIDEN`` in gelu.cl)."""
-    return f"riftco_{HALF_NAMES[dtype]}_to_float"
-
-
 def cast_defines(src: np.dtype, dst: np.dtype) -> dict[str, str]:
     """The cast.cl defines naming half.h's conversion between ``src`` and ``dst`` (one
     of them a half; the other a half, float32 or float64). Half to half goes through

@@ -25,7 +25,6 @@ from riftco.kernel_host.half_storage import (
     HALF_COMPUTE_FAMILIES,
     HALF_NAMES,
     cast_defines,
-    widen_function,
 )
 from riftco.kernel_host.sources import c_type, families, program_source, shader_text
 
@@ -70,7 +69,13 @@ _VARIANTS += [
     (f, h, "int32", None) for f in ("copy", *sorted(HALF_COMPUTE_FAMILIES)) for h in HALF_NAMES
 ]
 _VARIANTS += [  # the float32 GELU backwards reading a half x (core/kernel_host/half_linear.py)
-    ("gelu", "float32", "int32", {"GELU_X_WIDEN": widen_function(h)}) for h in HALF_NAMES
+    (
+        "gelu",
+        "float32",
+        "int32",
+        {"GELU_X_WIDEN": cast_defines(h, np.dtype(np.float32))["CAST_WIDEN"]},
+    )
+    for h in HALF_NAMES
 ]
 _VARIANTS += [
     ("cast", dst, "int32", {"SRC": c_type(src), **cast_defines(src, dst)})

@@ -23,7 +23,6 @@ from riftco.kernel_host.half_storage import (
     HALF_COMPUTE_FAMILIES,
     HALF_NAMES,
     cast_defines,
-    widen_function,
 )
 from riftco.kernel_host.sources import c_type, program_source
 
@@ -43,7 +42,14 @@ PROGRAMS = (
         for dst in _FLOATS
         if src != dst and (src in HALF_NAMES or dst in HALF_NAMES)
     ]
-    + [("gelu", np.dtype(np.float32), {"GELU_X_WIDEN": widen_function(h)}) for h in HALF_NAMES]
+    + [
+        (
+            "gelu",
+            np.dtype(np.float32),
+            {"GELU_X_WIDEN": cast_defines(h, np.dtype(np.float32))["CAST_WIDEN"]},
+        )
+        for h in HALF_NAMES
+    ]
 )
 
 
