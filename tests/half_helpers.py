@@ -1,5 +1,5 @@
 """What the float16 / bfloat16 kernel tests share: their backends, made once per process,
-and a distance in units of a half's last place.
+core's widened path done by hand, and a distance in units of a half's last place.
 
 ``ieee``: OpenCL as IEEE C at group size 256; ``fast96``: OpenCL built with fast math
 (``-cl-fast-relaxed-math -cl-finite-math-only``, as Metal compiles) at group size 96, one
@@ -52,3 +52,16 @@ def half_ulps(got: np.ndarray, want: np.ndarray) -> np.ndarray:
     d[gn & wn] = 0
     d[gn ^ wn] = np.inf
     return d
+
+
+def widened(be: Any, name: str, *args: Any) -> list[np.ndarray]:
+    """``be.<name>(*args)`` as core's widened path runs it: each half tensor operand cast to
+    float32, the float32 method, each result cast back to the operands' half dtype and
+    downloaded (for ops whose results are all in that dtype)."""
+    from riftco.dtypes import LOW_PRECISION
+
+    half = next(a.dtype for a in args if getattr(a, "dtype", None) in LOW_PRECISION)
+    wide = [be.cast(a, np.float32) if getattr(a, "dtype", None) == half else a for a in args]
+    outs = getattr(be, name)(*wide)
+    outs = outs if isinstance(outs, tuple) else (outs,)
+    return [be.to_numpy(be.cast(o, half)) for o in outs]

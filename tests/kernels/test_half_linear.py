@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from half_helpers import half_backend
+from half_helpers import half_backend, widened
 from riftco.dtypes import bfloat16 as BFLOAT16
 
 rt = pytest.importorskip("riftco.backends.opencl.runtime", reason="OpenCL runtime import failed")
@@ -18,15 +18,6 @@ pytestmark = pytest.mark.skipif(not _devices, reason=f"no usable OpenCL device: 
 
 F16, F32 = np.dtype(np.float16), np.dtype(np.float32)
 HALVES = [F16] + ([BFLOAT16] if BFLOAT16 is not None else [])
-
-
-def _widened(be: Any, name: str, args: list, extra: tuple) -> list[np.ndarray]:
-    """Core's widened path by hand: every operand cast to float32 first, the float32
-    method, each result cast back."""
-    half = args[0].dtype
-    wide = [be.cast(a, F32) for a in args]
-    outs = getattr(be, name)(*wide, *extra)
-    return [be.to_numpy(be.cast(o, half)) for o in outs]
 
 
 @pytest.mark.parametrize("kind", ["ieee", "metal"])
@@ -59,11 +50,11 @@ def test_half_linear_backward_gives_the_widened_paths_bits_in_less_memory(
     be.synchronize()
     before = be.memory_stats()["allocated_bytes"]
     be.reset_peak()
-    want = _widened(be, name, args, extra)
-    widened = be.memory_stats()["peak_bytes"] - before
+    want = widened(be, name, *args, *extra)
+    theirs = be.memory_stats()["peak_bytes"] - before
     for label, g, wv in zip(("dx", "dw", "db"), got, want, strict=True):
         assert g.dtype == dtype and g.shape == wv.shape, label
         assert np.array_equal(g.view(np.uint16), wv.view(np.uint16)), f"{name} {label}"
     # widened: all float32 operands at once (plus dH with GELU); here at most dY's and
     # H's float32 copies, or dY's and one product's operand and result
-    assert ours < widened, (ours, widened)
+    assert ours < theirs, (ours, theirs)
