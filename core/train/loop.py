@@ -228,14 +228,23 @@ class Trainer:
 
     def _step(self, x: Tensor, y: Tensor, lr: float) -> Tensor:
         """Forward, backward and update: what ``riftco.capture`` records and replays."""
-        with compute_copies(self.model, self.precision.compute):
-            logits = self.model(x)  # (B*T, V)
-            loss = self.head.loss_and_backward(logits, y)
+        loss = self._loss_and_backward(x, y)
         # Clipping inside the update: the norm stays on the device and both optimizers
         # scale by it as they step (the bits clip_grad_norm + step gave, minus its passes).
         norm = grad_norm(self.params) if self.cfg.grad_clip > 0 else None
         self._update(norm, lr)
         return loss
+
+    def _loss_and_backward(self, x: Tensor, y: Tensor, scale: float | None = None) -> Tensor:
+        """The forward on the compute-dtype copies and the head's backward (seeded with the
+        loss scale ``scale`` under fp16-mixed) into the float32 masters' gradients. A head
+        is asked for ``scale`` only when there is one: a custom head written before loss
+        scaling takes ``(logits, targets)`` alone."""
+        with compute_copies(self.model, self.precision.compute):
+            logits = self.model(x)  # (B*T, V)
+            if scale is None:
+                return self.head.loss_and_backward(logits, y)
+            return self.head.loss_and_backward(logits, y, scale)
 
     def _update(self, norm: Tensor | None, lr: float, *masters: Variable) -> None:
         """Both AdamW steps. Recorded alone (fp16-mixed), the call publishes no gradient, so
@@ -279,9 +288,7 @@ class Trainer:
         divided by it again; ``([loss, norm], norm)`` with ``norm`` their global L2 norm,
         finite exactly when every gradient is (a float32 sum of squares of gradients cast
         from float16, at most 65504^2 each, cannot overflow before ~10^28 elements)."""
-        with compute_copies(self.model, self.precision.compute):
-            logits = self.model(x)  # (B*T, V)
-            loss = self.head.loss_and_backward(logits, y, scale)
+        loss = self._loss_and_backward(x, y, scale)
         unscale(self.params, inv_scale)
         norm = grad_norm(self.params)
         pair = [ops.cast(loss, norm.dtype).reshape((1,)), norm.reshape((1,))]  # cast: a no-op
